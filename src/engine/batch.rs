@@ -1,0 +1,260 @@
+//! Batches: preallocated task slots updated with atomics by transport threads, and a latch that
+//! wakes waiters when the last slice of the batch completes (no busy spin, no lost wake-up).
+
+use crate::error::{Error, ErrorKind};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+/// State of one task, numbered as Mooncake's `STATUS_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum TaskState {
+    /// Slices still in flight.
+    Waiting = 0,
+    /// Every slice succeeded.
+    Completed = 4,
+    /// At least one slice failed.
+    Failed = 6,
+}
+
+/// Snapshot of one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskStatus {
+    /// Current state.
+    pub state: TaskState,
+    /// First failure, when `state == Failed`.
+    pub error: Option<ErrorKind>,
+    /// Bytes moved by successful slices.
+    pub transferred: u64,
+}
+
+#[derive(Default)]
+struct TaskSlot {
+    /// Slices not yet finished.
+    pending: AtomicU32,
+    /// `ErrorKind as u8` of the first failure; 0 = none.
+    error: AtomicU8,
+    transferred: AtomicU64,
+}
+
+/// Counts outstanding slices; wakes waiters at zero.
+#[derive(Default)]
+pub struct Latch {
+    pending: AtomicU64,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl Latch {
+    /// Adds `n` outstanding units (before they are dispatched).
+    pub fn add(&self, n: u64) {
+        // Relaxed is enough: the dispatch that follows publishes the work through a channel.
+        self.pending.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Marks one unit done.
+    pub fn done(&self) {
+        // AcqRel: the last finisher sees every other finisher's writes, and the waiter's Acquire
+        // load below sees ours.
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Taking the lock orders this notify after a waiter's check-then-wait.
+            drop(self.lock.lock().unwrap_or_else(|e| e.into_inner()));
+            self.cv.notify_all();
+        }
+    }
+
+    /// True when nothing is outstanding.
+    pub fn is_idle(&self) -> bool {
+        self.pending.load(Ordering::Acquire) == 0
+    }
+
+    /// Blocks until idle or `deadline` (None = forever). Returns whether idle.
+    pub fn wait(&self, deadline: Option<Instant>) -> bool {
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if self.is_idle() {
+                return true;
+            }
+            match deadline {
+                None => guard = self.cv.wait(guard).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return false;
+                    }
+                    guard = self.cv.wait_timeout(guard, d - now).unwrap_or_else(|e| e.into_inner()).0;
+                }
+            }
+        }
+    }
+}
+
+/// A message to deliver to a peer once the whole batch has completed (Mooncake's
+/// `submitTransferWithNotify`).
+#[derive(Debug, Clone)]
+pub struct PendingNotify {
+    /// Segment to notify.
+    pub segment: i32,
+    /// Notification name.
+    pub name: String,
+    /// Notification body.
+    pub msg: String,
+}
+
+/// One batch of tasks.
+pub struct Batch {
+    tasks: Box<[TaskSlot]>,
+    /// Number of submitted tasks; writers hold `submit_lock`.
+    count: AtomicUsize,
+    pub(crate) submit_lock: Mutex<()>,
+    latch: Latch,
+    pub(crate) notify: Mutex<Option<PendingNotify>>,
+}
+
+impl Batch {
+    /// A batch able to hold `capacity` tasks in all.
+    pub fn new(capacity: usize) -> Batch {
+        Batch {
+            tasks: (0..capacity).map(|_| TaskSlot::default()).collect(),
+            count: AtomicUsize::new(0),
+            submit_lock: Mutex::new(()),
+            latch: Latch::default(),
+            notify: Mutex::new(None),
+        }
+    }
+
+    /// Maximum number of tasks.
+    pub fn capacity(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Number of tasks submitted so far.
+    pub fn len(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// True when no task was submitted.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Prepares task `index` with `slices` outstanding slices (0 = already complete). Caller holds
+    /// `submit_lock` and calls [`Batch::publish`] after preparing a run of tasks.
+    pub(crate) fn prepare_task(&self, index: usize, slices: u32) {
+        let t = &self.tasks[index];
+        t.pending.store(slices, Ordering::Relaxed);
+        t.error.store(0, Ordering::Relaxed);
+        t.transferred.store(0, Ordering::Relaxed);
+        self.latch.add(slices as u64);
+    }
+
+    /// Makes tasks below `count` visible to status readers.
+    pub(crate) fn publish(&self, count: usize) {
+        // Release: readers that Acquire `count` see the prepared slots.
+        self.count.store(count, Ordering::Release);
+    }
+
+    /// Records a failure on a task without a slice (validation after publish never happens, but
+    /// scatter groups use this for early errors).
+    pub(crate) fn slice_finished(&self, task: u32, result: Result<u64, ErrorKind>) {
+        let t = &self.tasks[task as usize];
+        match result {
+            Ok(bytes) => {
+                t.transferred.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Err(kind) => {
+                // First failure wins.
+                let _ = t.error.compare_exchange(0, kind as u8, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+        // Release publishes the bytes/error above to whoever Acquires `pending == 0`.
+        t.pending.fetch_sub(1, Ordering::Release);
+        self.latch.done();
+    }
+
+    /// Status of task `index` (must be `< len()`).
+    pub fn status(&self, index: usize) -> TaskStatus {
+        let t = &self.tasks[index];
+        let pending = t.pending.load(Ordering::Acquire);
+        let error = ErrorKind::from_u8(t.error.load(Ordering::Relaxed));
+        let state = match (pending, error) {
+            (0, None) => TaskState::Completed,
+            (0, Some(_)) => TaskState::Failed,
+            _ => TaskState::Waiting,
+        };
+        TaskStatus { state, error: if state == TaskState::Failed { error } else { None }, transferred: t.transferred.load(Ordering::Relaxed) }
+    }
+
+    /// True when every submitted slice has finished.
+    pub fn is_idle(&self) -> bool {
+        self.latch.is_idle()
+    }
+
+    /// Blocks until every submitted slice finished or `deadline` passes.
+    pub fn wait_idle(&self, deadline: Option<Instant>) -> bool {
+        self.latch.wait(deadline)
+    }
+
+    /// The first failed task and its error, once idle.
+    pub fn first_failure(&self) -> Option<(usize, ErrorKind)> {
+        (0..self.len()).find_map(|i| self.status(i).error.map(|e| (i, e)))
+    }
+
+    /// Outcome once idle: Ok, or the first failed task's error.
+    pub fn outcome(&self) -> Result<(), Error> {
+        match self.first_failure() {
+            None => Ok(()),
+            Some((i, kind)) => Err(Error::new(kind, format!("task {i} failed: {}", kind.name()))),
+        }
+    }
+}
+
+/// Completion handle carried by a slice: finishing it updates its task and the batch latch.
+pub struct SliceDone {
+    batch: Arc<Batch>,
+    task: u32,
+}
+
+impl SliceDone {
+    /// A handle for task `task` of `batch`.
+    pub fn new(batch: Arc<Batch>, task: u32) -> SliceDone {
+        SliceDone { batch, task }
+    }
+
+    /// Reports the slice's result (bytes moved, or the failure).
+    pub fn finish(self, result: Result<u64, ErrorKind>) {
+        self.batch.slice_finished(self.task, result);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn latch_wakes_waiter_from_other_thread() {
+        let b = Arc::new(Batch::new(2));
+        {
+            let _g = b.submit_lock.lock().unwrap();
+            b.prepare_task(0, 2);
+            b.prepare_task(1, 1);
+            b.publish(2);
+        }
+        assert_eq!(b.status(0).state, TaskState::Waiting);
+        assert!(!b.wait_idle(Some(Instant::now() + Duration::from_millis(20))), "times out");
+        let b2 = b.clone();
+        let t = std::thread::spawn(move || {
+            SliceDone::new(b2.clone(), 0).finish(Ok(10));
+            SliceDone::new(b2.clone(), 0).finish(Err(ErrorKind::Rejected));
+            SliceDone::new(b2, 1).finish(Ok(5));
+        });
+        assert!(b.wait_idle(None));
+        t.join().unwrap();
+        let s0 = b.status(0);
+        assert_eq!((s0.state, s0.error, s0.transferred), (TaskState::Failed, Some(ErrorKind::Rejected), 10));
+        assert_eq!(b.status(1).state, TaskState::Completed);
+        assert_eq!(b.outcome().unwrap_err().kind(), ErrorKind::Rejected);
+    }
+}

@@ -1,0 +1,174 @@
+//! Engine configuration: typed fields, a string key/value setter (used by the C builder and
+//! Python) and the Mooncake `MC_*` environment variables that apply to this engine.
+
+use crate::error::{Error, ErrorKind, Result};
+use std::time::Duration;
+
+/// Metadata mode name for peer-to-peer descriptor exchange (no external service).
+pub const P2PHANDSHAKE: &str = "P2PHANDSHAKE";
+
+/// Engine configuration. Start from [`Config::default`] (which applies the environment) and
+/// override with [`Config::set`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `"P2PHANDSHAKE"` or an `http://`/`https://` metadata URL.
+    pub metadata: String,
+    /// `host[:port]`; in P2P mode the host is advertised and the port ignored.
+    pub local_server_name: String,
+    /// Address the listeners bind; empty means the advertised host.
+    pub bind_address: String,
+    /// RPC/handshake port; 0 lets the kernel pick.
+    pub rpc_port: u16,
+    /// TCP data port; 0 lets the kernel pick.
+    pub data_port: u16,
+    /// Connections per peer.
+    pub tcp_lanes: usize,
+    /// Highest TCP framing version to use (1 or 2).
+    pub tcp_proto: u32,
+    /// Requests larger than this are cut into several wire requests spread over the lanes.
+    pub slice_size: u64,
+    /// Connect deadline for RPC and data connections.
+    pub connect_timeout: Duration,
+    /// Socket read/write deadline while a reply is due.
+    pub io_timeout: Duration,
+    /// Largest accepted handshake frame.
+    pub handshake_max_len: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let mut c = Config {
+            metadata: P2PHANDSHAKE.to_string(),
+            local_server_name: "127.0.0.1".to_string(),
+            bind_address: String::new(),
+            rpc_port: 0,
+            data_port: 0,
+            tcp_lanes: 2,
+            tcp_proto: 2,
+            slice_size: 1 << 20,
+            connect_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(30),
+            handshake_max_len: crate::metadata::rpc::DEFAULT_MAX_FRAME,
+        };
+        c.apply_env();
+        c
+    }
+}
+
+/// Keys accepted by [`Config::set`], with a one-line description each.
+pub const KEYS: &[(&str, &str)] = &[
+    ("metadata", "P2PHANDSHAKE (default) or http(s)://host:port/path"),
+    ("local_server_name", "host[:port] this engine advertises (default 127.0.0.1)"),
+    ("bind_address", "address the listeners bind (default: the advertised host)"),
+    ("rpc_port", "handshake port, 0 = any free port"),
+    ("data_port", "TCP data port, 0 = any free port"),
+    ("tcp_lanes", "connections per peer, 1..=16 (default 2)"),
+    ("tcp_proto", "highest TCP framing version, 1 or 2 (default 2)"),
+    ("slice_size", "bytes per wire request for large transfers (default 1048576)"),
+    ("connect_timeout_ms", "connect deadline (default 5000)"),
+    ("io_timeout_ms", "reply deadline (default 30000)"),
+    ("handshake_max_len", "largest handshake frame, 1 MiB..128 MiB"),
+];
+
+fn num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T> {
+    v.trim()
+        .parse::<T>()
+        .map_err(|_| Error::new(ErrorKind::InvalidArgument, format!("{key}: {v:?} is not a valid number")))
+}
+
+fn ranged(key: &str, v: &str, lo: u64, hi: u64) -> Result<u64> {
+    let n: u64 = num(key, v)?;
+    if n < lo || n > hi {
+        return Err(Error::new(ErrorKind::InvalidArgument, format!("{key}: {n} is outside {lo}..={hi}")));
+    }
+    Ok(n)
+}
+
+impl Config {
+    /// Sets one option by name; unknown keys and bad values are errors.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        match key {
+            "metadata" => {
+                let v = value.trim();
+                if v != P2PHANDSHAKE && !v.starts_with("http://") && !v.starts_with("https://") {
+                    return Err(Error::new(
+                        ErrorKind::Unsupported,
+                        format!("metadata {v:?}: only P2PHANDSHAKE and http(s):// are supported"),
+                    ));
+                }
+                self.metadata = v.to_string();
+            }
+            "local_server_name" => {
+                crate::metadata::parse_host_port(value, 0)?;
+                self.local_server_name = value.trim().to_string();
+            }
+            "bind_address" => self.bind_address = value.trim().to_string(),
+            "rpc_port" => self.rpc_port = ranged(key, value, 0, 65535)? as u16,
+            "data_port" => self.data_port = ranged(key, value, 0, 65535)? as u16,
+            "tcp_lanes" => self.tcp_lanes = ranged(key, value, 1, 16)? as usize,
+            "tcp_proto" => self.tcp_proto = ranged(key, value, 1, 2)? as u32,
+            "slice_size" => self.slice_size = ranged(key, value, 4096, 1 << 30)?,
+            "connect_timeout_ms" => self.connect_timeout = Duration::from_millis(ranged(key, value, 1, 3_600_000)?),
+            "io_timeout_ms" => self.io_timeout = Duration::from_millis(ranged(key, value, 1, 86_400_000)?),
+            "handshake_max_len" => self.handshake_max_len = ranged(key, value, 1 << 20, 128 << 20)?,
+            _ => {
+                let known: Vec<&str> = KEYS.iter().map(|k| k.0).collect();
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("unknown option {key:?}; known: {}", known.join(", ")),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the Mooncake variables that mean something here. Bad values are logged and ignored.
+    fn apply_env(&mut self) {
+        let pairs = [
+            ("MC_TCP_BIND_ADDRESS", "bind_address"),
+            ("MC_TCP_LANES_PER_PEER", "tcp_lanes"),
+            ("MC_TCP_MAX_CONNECTIONS_PER_PEER", "tcp_lanes"),
+            ("MC_TCP_PROTO", "tcp_proto"),
+            ("MC_HANDSHAKE_MAX_LENGTH", "handshake_max_len"),
+            ("TW_SLICE_SIZE", "slice_size"),
+            ("TW_TCP_LANES", "tcp_lanes"),
+        ];
+        for (var, key) in pairs {
+            if let Ok(v) = std::env::var(var) {
+                if let Err(e) = self.set(key, &v) {
+                    crate::tw_log!(crate::log::Level::Warn, "ignoring {var}={v:?}: {e}");
+                }
+            }
+        }
+        if let Some(secs) = std::env::var("MC_HANDSHAKE_CONNECT_TIMEOUT").ok().and_then(|v| v.parse::<u64>().ok()) {
+            self.connect_timeout = Duration::from_secs(secs.max(1));
+        }
+        if let Some(secs) = std::env::var("MC_TCP_STATUS_TIMEOUT_SEC").ok().and_then(|v| v.parse::<u64>().ok()) {
+            self.io_timeout = Duration::from_secs(secs.max(1));
+        }
+    }
+
+    /// True in peer-to-peer metadata mode.
+    pub fn is_p2p(&self) -> bool {
+        self.metadata == P2PHANDSHAKE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn setter_validates() {
+        let mut c = Config::default();
+        c.set("tcp_lanes", "4").unwrap();
+        assert_eq!(c.tcp_lanes, 4);
+        assert_eq!(c.set("tcp_lanes", "0").unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(c.set("tcp_lanes", "x").unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(c.set("nope", "1").unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(c.set("metadata", "etcd://x").unwrap_err().kind(), ErrorKind::Unsupported);
+        c.set("metadata", "http://127.0.0.1:1/metadata").unwrap();
+        assert!(!c.is_p2p());
+        assert_eq!(c.set("local_server_name", "").unwrap_err().kind(), ErrorKind::InvalidArgument);
+    }
+}

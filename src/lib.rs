@@ -1,0 +1,22 @@
+//! tidewire: a KV-cache transfer engine for LLM inference, compatible with the Mooncake Transfer
+//! Engine on the wire (TCP data v1/v2, P2P handshake, HTTP metadata) and at the C ABI.
+//!
+//! The core is synchronous: named worker threads, crossbeam channels and atomics, no async
+//! runtime. [`engine::Engine`] is the entry point; `ffi` holds the C APIs and is the only module
+//! that touches C pointers.
+
+#[macro_use]
+pub mod log;
+pub mod engine;
+pub mod error;
+pub mod ffi;
+pub mod memory;
+pub mod metadata;
+pub mod transport;
+
+pub use engine::{Config, Engine, Request};
+pub use error::{Error, ErrorKind, Result};
+pub use transport::Opcode;
+
+/// Crate version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,268 @@
+//! Registered memory: a sorted interval index of regions with the overlap rules of Mooncake
+//! (partial overlap is an error) plus idempotent, reference-counted re-registration of the exact
+//! same range. Every transport checks address ranges here before touching a byte.
+
+pub(crate) mod raw;
+
+use crate::error::{ErrorKind, Result, fail};
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One registered region, as published in the segment descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Region {
+    /// First byte.
+    pub base: u64,
+    /// Length in bytes (never 0).
+    pub len: u64,
+    /// `"cpu:N"`, `"cuda:N"` or `"*"` as given at registration.
+    pub location: String,
+    /// Whether peers may read and write it.
+    pub remote_accessible: bool,
+    refs: u32,
+}
+
+impl Region {
+    /// One past the last byte.
+    pub fn end(&self) -> u64 {
+        self.base + self.len
+    }
+}
+
+/// Who is asking to touch a range: this process, or a peer over the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// The local engine (any registered region).
+    Local,
+    /// A remote peer (remote-accessible regions only).
+    Remote,
+}
+
+/// The registry. Thread-safe; lookups take a shared lock.
+#[derive(Debug, Default)]
+pub struct Registry {
+    regions: RwLock<BTreeMap<u64, Region>>,
+    generation: AtomicU64,
+}
+
+fn range_end(base: u64, len: u64) -> Result<u64> {
+    if base == 0 {
+        return fail(ErrorKind::InvalidArgument, "address is NULL");
+    }
+    if len == 0 {
+        return fail(ErrorKind::InvalidArgument, "length is zero");
+    }
+    base.checked_add(len).ok_or_else(|| {
+        crate::error::Error::new(
+            ErrorKind::InvalidArgument,
+            format!("range {base:#x}+{len} overflows the address space"),
+        )
+    })
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Bumped on every change; lets callers cache derived views (descriptors).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Registers `[base, base+len)`. Returns `true` when the region is new, `false` when the exact
+    /// same range was already registered (its reference count goes up).
+    pub fn register(
+        &self,
+        base: u64,
+        len: u64,
+        location: &str,
+        remote_accessible: bool,
+    ) -> Result<bool> {
+        self.register_all(&[(base, len)], location, remote_accessible)
+            .map(|fresh| fresh[0])
+    }
+
+    /// Registers every range or none. Ranges must not overlap each other or existing regions,
+    /// except for exact re-registrations.
+    pub fn register_all(
+        &self,
+        ranges: &[(u64, u64)],
+        location: &str,
+        remote_accessible: bool,
+    ) -> Result<Vec<bool>> {
+        for &(b, l) in ranges {
+            range_end(b, l)?;
+        }
+        let mut sorted: Vec<(u64, u64)> = ranges.to_vec();
+        sorted.sort_unstable();
+        for w in sorted.windows(2) {
+            if w[0].0 + w[0].1 > w[1].0 && w[0] != w[1] {
+                return fail(
+                    ErrorKind::AddressOverlapped,
+                    format!("ranges at {:#x} and {:#x} overlap each other", w[0].0, w[1].0),
+                );
+            }
+        }
+        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let mut fresh = Vec::with_capacity(ranges.len());
+        for &(base, len) in ranges {
+            let end = base + len;
+            match Self::find_overlap(&map, base, end) {
+                Some(r) if r.base == base && r.len == len => fresh.push(false),
+                Some(r) => {
+                    return fail(
+                        ErrorKind::AddressOverlapped,
+                        format!(
+                            "range {base:#x}+{len} overlaps registered region {:#x}+{}",
+                            r.base, r.len
+                        ),
+                    );
+                }
+                None => fresh.push(true),
+            }
+        }
+        for (&(base, len), &is_new) in ranges.iter().zip(&fresh) {
+            if is_new && !map.contains_key(&base) {
+                map.insert(
+                    base,
+                    Region {
+                        base,
+                        len,
+                        location: location.to_string(),
+                        remote_accessible,
+                        refs: 1,
+                    },
+                );
+            } else if let Some(r) = map.get_mut(&base) {
+                r.refs += 1;
+            }
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(fresh)
+    }
+
+    fn find_overlap(map: &BTreeMap<u64, Region>, base: u64, end: u64) -> Option<&Region> {
+        // The candidate is the last region starting before `end`.
+        map.range(..end).next_back().map(|(_, r)| r).filter(|r| r.end() > base)
+    }
+
+    /// Drops one reference to the region starting at `base`. Returns `true` when the region is gone.
+    pub fn unregister(&self, base: u64) -> Result<bool> {
+        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let Some(r) = map.get_mut(&base) else {
+            return fail(
+                ErrorKind::AddressNotRegistered,
+                format!("{base:#x} is not the base of a registered region"),
+            );
+        };
+        r.refs -= 1;
+        let gone = r.refs == 0;
+        if gone {
+            map.remove(&base);
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(gone)
+    }
+
+    /// Checks that `[addr, addr+len)` lies inside one region that `access` may touch.
+    pub fn check(&self, addr: u64, len: u64, access: Access) -> Result<()> {
+        let end = match addr.checked_add(len) {
+            Some(e) if len > 0 && addr != 0 => e,
+            _ => {
+                return fail(
+                    ErrorKind::InvalidArgument,
+                    format!("bad range {addr:#x}+{len} (zero, NULL or overflowing)"),
+                );
+            }
+        };
+        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        match map.range(..=addr).next_back() {
+            Some((_, r)) if r.end() >= end => {
+                if access == Access::Remote && !r.remote_accessible {
+                    fail(
+                        ErrorKind::AddressNotRegistered,
+                        format!("{addr:#x}+{len} is registered as not remote-accessible"),
+                    )
+                } else {
+                    Ok(())
+                }
+            }
+            _ => fail(
+                ErrorKind::AddressNotRegistered,
+                format!("{addr:#x}+{len} is not inside one registered region"),
+            ),
+        }
+    }
+
+    /// A copy of every region, in address order.
+    pub fn snapshot(&self) -> Vec<Region> {
+        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        map.values().cloned().collect()
+    }
+
+    /// Number of regions.
+    pub fn len(&self) -> usize {
+        self.regions.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// True when nothing is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_rules() {
+        let r = Registry::new();
+        assert!(r.register(0x1000, 0x1000, "cpu:0", true).unwrap());
+        assert!(!r.register(0x1000, 0x1000, "cpu:0", true).unwrap(), "exact re-register is idempotent");
+        for (b, l) in [(0x1800, 0x1000), (0x800, 0x1000), (0x1000, 0x800), (0x1100, 0x10), (0x0800, 0x2000)] {
+            let e = r.register(b, l, "cpu:0", true).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::AddressOverlapped, "{b:#x}+{l:#x}");
+        }
+        assert!(r.register(0x2000, 0x10, "cpu:0", true).unwrap(), "adjacent is fine");
+        assert_eq!(r.register(0x3000, 0, "cpu:0", true).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(r.register(0, 10, "cpu:0", true).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(r.register(u64::MAX - 4, 10, "cpu:0", true).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        // Reference counted: two unregisters needed.
+        assert!(!r.unregister(0x1000).unwrap());
+        assert!(r.unregister(0x1000).unwrap());
+        assert_eq!(r.unregister(0x1000).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
+        assert_eq!(r.unregister(0x2001).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
+    }
+
+    #[test]
+    fn batch_is_all_or_nothing() {
+        let r = Registry::new();
+        r.register(0x5000, 0x100, "cpu:0", true).unwrap();
+        let e = r.register_all(&[(0x1000, 0x100), (0x5080, 0x10)], "cpu:0", true).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::AddressOverlapped);
+        assert_eq!(r.len(), 1, "nothing from the failed batch stays");
+        let e = r.register_all(&[(0x1000, 0x100), (0x1080, 0x100)], "cpu:0", true).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::AddressOverlapped);
+        r.register_all(&[(0x1000, 0x100), (0x2000, 0x100)], "*", true).unwrap();
+        assert_eq!(r.len(), 3);
+    }
+
+    #[test]
+    fn range_checks() {
+        let r = Registry::new();
+        r.register(0x1000, 0x1000, "cpu:0", true).unwrap();
+        r.register(0x4000, 0x1000, "cpu:0", false).unwrap();
+        assert!(r.check(0x1000, 0x1000, Access::Remote).is_ok());
+        assert!(r.check(0x1fff, 1, Access::Remote).is_ok());
+        assert_eq!(r.check(0x1fff, 2, Access::Remote).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
+        assert_eq!(r.check(0xfff, 2, Access::Local).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
+        assert_eq!(r.check(0x1000, 0, Access::Local).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(r.check(u64::MAX, 2, Access::Local).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert!(r.check(0x4000, 8, Access::Local).is_ok());
+        assert_eq!(r.check(0x4000, 8, Access::Remote).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
+    }
+}

@@ -1,0 +1,44 @@
+//! Transports move slices. A slice is one contiguous range on both sides; finishing it updates
+//! its task through [`SliceDone`](crate::engine::batch::SliceDone).
+
+pub mod local;
+pub mod tcp;
+
+use crate::engine::batch::SliceDone;
+
+/// Transfer direction, numbered as Mooncake's `OPCODE_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Opcode {
+    /// Remote → local.
+    Read = 0,
+    /// Local → remote.
+    Write = 1,
+}
+
+impl Opcode {
+    /// From Mooncake's integer opcode.
+    pub fn from_i32(v: i32) -> Option<Opcode> {
+        match v {
+            0 => Some(Opcode::Read),
+            1 => Some(Opcode::Write),
+            _ => None,
+        }
+    }
+}
+
+/// One unit of work for a transport.
+pub struct Slice {
+    /// Direction.
+    pub op: Opcode,
+    /// Local address (registered).
+    pub local: u64,
+    /// Remote absolute address.
+    pub remote: u64,
+    /// Bytes (> 0).
+    pub len: u64,
+    /// Times this slice was re-sent after a connection loss it did not cause.
+    pub retries: u8,
+    /// Completion.
+    pub done: SliceDone,
+}

@@ -1,0 +1,404 @@
+//! Client side: per peer, a shared queue of slices served by several lanes. A lane is one
+//! persistent connection with two named threads: the sender gathers queued slices and writes
+//! their headers (and WRITE payloads) with one vectored syscall, without waiting for replies
+//! (pipelining); the receiver reads replies in order, straight into READ destinations.
+//!
+//! Failure rules: a slice whose reply says "rejected" fails as `Rejected`; a slice lost to a
+//! broken connection (peer reset, a previous request's rejection closing the stream) is re-sent
+//! once on a fresh connection, then fails as `Socket`; a peer that refuses connections fails
+//! queued slices at once and is not retried for `cooldown`.
+
+use super::net::{RecvBuf, send_all};
+use super::wire::{HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_LEN, STATUS_OK, parse_status};
+use crate::error::ErrorKind;
+use crate::log::Level;
+use crate::memory::raw;
+use crate::transport::{Opcode, Slice};
+use crossbeam_channel::{Receiver, Sender, TryRecvError, bounded, unbounded};
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Client tuning.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Connections (lanes) per peer.
+    pub lanes: usize,
+    /// Connect deadline.
+    pub connect_timeout: Duration,
+    /// Deadline for any single socket read or write while a reply is due.
+    pub io_timeout: Duration,
+    /// After a failed connect, fail new work at once for this long.
+    pub cooldown: Duration,
+    /// Most slices gathered into one send.
+    pub gather: usize,
+    /// Most slices a lane has in flight (awaiting replies).
+    pub max_inflight: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            lanes: 2,
+            connect_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(30),
+            cooldown: Duration::from_millis(1000),
+            gather: 256,
+            max_inflight: 4096,
+        }
+    }
+}
+
+/// Where a peer's data server listens and which framing it speaks.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PeerAddr {
+    /// Host name or address.
+    pub host: String,
+    /// Data port.
+    pub port: u16,
+    /// Acknowledged (v2) framing.
+    pub v2: bool,
+}
+
+enum Msg {
+    Work(Slice),
+    Stop,
+}
+
+enum Expect {
+    Conn(Arc<TcpStream>),
+    Reply(Slice),
+}
+
+struct Shared {
+    addr: PeerAddr,
+    cfg: ClientConfig,
+    queue: Sender<Msg>,
+    shutdown: AtomicBool,
+    streams: Mutex<Vec<Option<Arc<TcpStream>>>>,
+    cooldown_until: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    /// Fails `s`, or re-queues it once when it was lost to a broken connection.
+    fn fail_or_retry(&self, mut s: Slice, kind: ErrorKind, retryable: bool) {
+        // Acquire pairs with the Release in `Peer::drop`.
+        if retryable && kind == ErrorKind::Socket && s.retries < 1 && !self.shutdown.load(Ordering::Acquire) {
+            s.retries += 1;
+            if let Err(e) = self.queue.send(Msg::Work(s)) {
+                if let Msg::Work(s) = e.into_inner() {
+                    s.done.finish(Err(kind));
+                }
+            }
+            return;
+        }
+        s.done.finish(Err(kind));
+    }
+}
+
+/// Lanes to one peer.
+pub struct Peer {
+    shared: Arc<Shared>,
+    rx: Receiver<Msg>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Peer {
+    fn start(addr: PeerAddr, cfg: ClientConfig) -> std::io::Result<Peer> {
+        let (tx, rx) = unbounded();
+        let lanes = cfg.lanes.max(1);
+        let shared = Arc::new(Shared {
+            addr,
+            cfg,
+            queue: tx,
+            shutdown: AtomicBool::new(false),
+            streams: Mutex::new(vec![None; lanes]),
+            cooldown_until: Mutex::new(None),
+        });
+        let mut threads = Vec::with_capacity(2 * lanes);
+        for lane in 0..lanes {
+            let (etx, erx) = bounded::<Expect>(shared.cfg.max_inflight.max(1));
+            let (sh, q) = (shared.clone(), rx.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("tw-tcp-lane-{}-tx{lane}", shared.addr.port))
+                    .spawn(move || sender_loop(&sh, lane, &q, &etx))?,
+            );
+            let sh = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("tw-tcp-lane-{}-rx{lane}", shared.addr.port))
+                    .spawn(move || receiver_loop(&sh, &erx))?,
+            );
+        }
+        Ok(Peer { shared, rx, threads })
+    }
+
+    /// Queues slices for this peer.
+    pub fn submit(&self, slice: Slice) {
+        if let Err(e) = self.shared.queue.send(Msg::Work(slice)) {
+            if let Msg::Work(s) = e.into_inner() {
+                s.done.finish(Err(ErrorKind::Shutdown));
+            }
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        // Release pairs with the Acquire loads in the lane threads.
+        self.shared.shutdown.store(true, Ordering::Release);
+        for _ in 0..self.shared.cfg.lanes.max(1) {
+            let _ = self.shared.queue.send(Msg::Stop);
+        }
+        for s in self.shared.streams.lock().unwrap_or_else(|e| e.into_inner()).iter().flatten() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        // No thread is left to re-queue: whatever is still queued fails now.
+        while let Ok(m) = self.rx.try_recv() {
+            if let Msg::Work(s) = m {
+                s.done.finish(Err(ErrorKind::Shutdown));
+            }
+        }
+    }
+}
+
+fn connect(sh: &Shared) -> Result<TcpStream, String> {
+    let addrs = crate::metadata::resolve(&sh.addr.host, sh.addr.port).map_err(|e| e.to_string())?;
+    let mut last = String::new();
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, sh.cfg.connect_timeout) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                let _ = s.set_read_timeout(Some(sh.cfg.io_timeout));
+                let _ = s.set_write_timeout(Some(sh.cfg.io_timeout));
+                return Ok(s);
+            }
+            Err(e) => last = format!("{a}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>, expect: &Sender<Expect>) {
+    let mut conn: Option<Arc<TcpStream>> = None;
+    let mut batch: Vec<Slice> = Vec::with_capacity(sh.cfg.gather);
+    let mut headers: Vec<[u8; HEADER_LEN]> = Vec::with_capacity(sh.cfg.gather);
+    let mut stopping = false;
+    while !stopping {
+        match queue.recv() {
+            Ok(Msg::Work(s)) => batch.push(s),
+            Ok(Msg::Stop) | Err(_) => break,
+        }
+        while batch.len() < sh.cfg.gather {
+            match queue.try_recv() {
+                Ok(Msg::Work(s)) => batch.push(s),
+                Ok(Msg::Stop) => {
+                    stopping = true;
+                    break;
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        // Acquire pairs with the Release in `Peer::drop`.
+        if sh.shutdown.load(Ordering::Acquire) {
+            batch.drain(..).for_each(|s| s.done.finish(Err(ErrorKind::Shutdown)));
+            continue;
+        }
+        if conn.is_none() {
+            conn = open_lane(sh, lane, expect);
+            if conn.is_none() {
+                batch.drain(..).for_each(|s| s.done.finish(Err(ErrorKind::Socket)));
+                continue;
+            }
+        }
+        let stream = conn.as_ref().expect("connected").clone();
+        if let Err(e) = send_batch(sh, &stream, &mut batch, &mut headers, expect) {
+            tw_log!(Level::Warn, "tcp lane to {}:{}: send failed: {e}", sh.addr.host, sh.addr.port);
+            // The receiver sees the shutdown and fails or re-sends what it was expecting.
+            let _ = stream.shutdown(Shutdown::Both);
+            conn = None;
+        }
+    }
+    if let Some(s) = conn {
+        let _ = s.shutdown(Shutdown::Both);
+    }
+}
+
+fn open_lane(sh: &Shared, lane: usize, expect: &Sender<Expect>) -> Option<Arc<TcpStream>> {
+    let mut cd = sh.cooldown_until.lock().unwrap_or_else(|e| e.into_inner());
+    if cd.is_some_and(|t| Instant::now() < t) {
+        return None;
+    }
+    match connect(sh) {
+        Ok(s) => {
+            *cd = None;
+            drop(cd);
+            let s = Arc::new(s);
+            sh.streams.lock().unwrap_or_else(|e| e.into_inner())[lane] = Some(s.clone());
+            // The receiver switches to the new stream before any reply on it is expected.
+            expect.send(Expect::Conn(s.clone())).ok()?;
+            Some(s)
+        }
+        Err(e) => {
+            tw_log!(Level::Warn, "tcp: cannot connect to {}:{}: {e}", sh.addr.host, sh.addr.port);
+            *cd = Some(Instant::now() + sh.cfg.cooldown);
+            None
+        }
+    }
+}
+
+/// Writes the headers (and WRITE payloads) of `batch` in one vectored send. Slices that expect a
+/// reply are handed to the receiver first; v1 WRITEs complete once their bytes are sent.
+fn send_batch(
+    sh: &Shared,
+    stream: &TcpStream,
+    batch: &mut Vec<Slice>,
+    headers: &mut Vec<[u8; HEADER_LEN]>,
+    expect: &Sender<Expect>,
+) -> std::io::Result<()> {
+    let v2 = sh.addr.v2;
+    headers.clear();
+    headers.extend(batch.iter().map(|s| {
+        Header { size: s.len, addr: s.remote, write: s.op == Opcode::Write, v2 }.encode()
+    }));
+    let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
+    for (s, h) in batch.iter().zip(headers.iter()) {
+        iov.push(IoSlice::new(h));
+        if s.op == Opcode::Write {
+            // SAFETY: the local range was checked against the registry at submit time.
+            iov.push(IoSlice::new(unsafe { raw::bytes(s.local, s.len as usize) }));
+        }
+    }
+    let mut v1_writes = Vec::new();
+    for s in batch.drain(..) {
+        if !v2 && s.op == Opcode::Write {
+            v1_writes.push(s);
+        } else if let Err(e) = expect.send(Expect::Reply(s)) {
+            if let Expect::Reply(s) = e.into_inner() {
+                s.done.finish(Err(ErrorKind::Shutdown));
+            }
+        }
+    }
+    let result = send_all(stream.as_raw_fd(), &mut iov);
+    for s in v1_writes {
+        match &result {
+            Ok(()) => {
+                let n = s.len;
+                s.done.finish(Ok(n));
+            }
+            Err(_) => sh.fail_or_retry(s, ErrorKind::Socket, true),
+        }
+    }
+    result
+}
+
+enum ReplyError {
+    Rejected,
+    Protocol(String),
+    Io(std::io::Error),
+}
+
+fn receiver_loop(sh: &Shared, expect: &Receiver<Expect>) {
+    let mut stream: Option<Arc<TcpStream>> = None;
+    let mut broken = true;
+    let mut rb = RecvBuf::new(256 << 10);
+    while let Ok(msg) = expect.recv() {
+        let slice = match msg {
+            Expect::Conn(s) => {
+                stream = Some(s);
+                broken = false;
+                rb = RecvBuf::new(256 << 10);
+                continue;
+            }
+            Expect::Reply(s) => s,
+        };
+        let Some(st) = stream.as_ref().filter(|_| !broken) else {
+            sh.fail_or_retry(slice, ErrorKind::Socket, true);
+            continue;
+        };
+        match read_reply(sh.addr.v2, st, &mut rb, &slice) {
+            Ok(()) => {
+                let n = slice.len;
+                slice.done.finish(Ok(n));
+            }
+            Err(ReplyError::Rejected) => {
+                tw_log!(Level::Warn, "tcp: {}:{} rejected {:#x}+{}", sh.addr.host, sh.addr.port, slice.remote, slice.len);
+                slice.done.finish(Err(ErrorKind::Rejected));
+            }
+            Err(ReplyError::Protocol(m)) => {
+                tw_log!(Level::Error, "tcp: protocol error from {}:{}: {m}", sh.addr.host, sh.addr.port);
+                broken = true;
+                let _ = st.shutdown(Shutdown::Both);
+                slice.done.finish(Err(ErrorKind::Protocol));
+            }
+            Err(ReplyError::Io(e)) => {
+                let timed_out = matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut);
+                tw_log!(Level::Warn, "tcp: connection to {}:{} lost: {e}", sh.addr.host, sh.addr.port);
+                broken = true;
+                let _ = st.shutdown(Shutdown::Both);
+                sh.fail_or_retry(slice, if timed_out { ErrorKind::Timeout } else { ErrorKind::Socket }, !timed_out);
+            }
+        }
+    }
+}
+
+fn read_reply(v2: bool, stream: &TcpStream, rb: &mut RecvBuf, s: &Slice) -> Result<(), ReplyError> {
+    let mut r = stream;
+    if v2 {
+        if !rb.fill(&mut r, STATUS_LEN).map_err(ReplyError::Io)? {
+            return Err(ReplyError::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer closed the connection")));
+        }
+        let frame: [u8; STATUS_LEN] = rb.take(STATUS_LEN).try_into().expect("8 bytes");
+        match parse_status(&frame) {
+            Some(STATUS_OK) => {}
+            Some(STATUS_ADDR_REJECTED) => return Err(ReplyError::Rejected),
+            Some(c) => return Err(ReplyError::Protocol(format!("unknown status code {c}"))),
+            None => return Err(ReplyError::Protocol(format!("bad status frame {frame:02x?}"))),
+        }
+    }
+    if s.op == Opcode::Read {
+        // SAFETY: the local range was checked against the registry at submit time.
+        let dst = unsafe { raw::bytes_mut(s.local, s.len as usize) };
+        rb.read_into(&mut r, dst).map_err(ReplyError::Io)?;
+    }
+    Ok(())
+}
+
+/// All peers of one engine.
+pub struct TcpClient {
+    cfg: ClientConfig,
+    peers: Mutex<HashMap<PeerAddr, Arc<Peer>>>,
+}
+
+impl TcpClient {
+    /// A client with no peers yet.
+    pub fn new(cfg: ClientConfig) -> TcpClient {
+        TcpClient { cfg, peers: Mutex::default() }
+    }
+
+    /// The lanes to `addr`, started on first use.
+    pub fn peer(&self, addr: &PeerAddr) -> std::io::Result<Arc<Peer>> {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = peers.get(addr) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(Peer::start(addr.clone(), self.cfg.clone())?);
+        peers.insert(addr.clone(), p.clone());
+        Ok(p)
+    }
+
+    /// Stops every lane, failing queued work.
+    pub fn shutdown(&self) {
+        let peers: Vec<_> = self.peers.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, p)| p).collect();
+        drop(peers);
+    }
+}

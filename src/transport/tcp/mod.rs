@@ -1,0 +1,7 @@
+//! TCP transport, wire-compatible with Mooncake (v1 and v2 framing). See `README.md` here for
+//! the lane design.
+
+pub mod client;
+pub mod net;
+pub mod server;
+pub mod wire;
