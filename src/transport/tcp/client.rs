@@ -81,6 +81,9 @@ struct Shared {
     queue: Sender<Msg>,
     shutdown: AtomicBool,
     streams: Mutex<Vec<Option<Arc<TcpStream>>>>,
+    /// Per lane: set by the receiver when the lane's connection broke, so the sender reconnects
+    /// before sending more.
+    broken: Vec<AtomicBool>,
     cooldown_until: Mutex<Option<Instant>>,
 }
 
@@ -118,6 +121,7 @@ impl Peer {
             queue: tx,
             shutdown: AtomicBool::new(false),
             streams: Mutex::new(vec![None; lanes]),
+            broken: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
             cooldown_until: Mutex::new(None),
         });
         let mut threads = Vec::with_capacity(2 * lanes);
@@ -133,7 +137,7 @@ impl Peer {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("tw-tcp-lane-{}-rx{lane}", shared.addr.port))
-                    .spawn(move || receiver_loop(&sh, &erx))?,
+                    .spawn(move || receiver_loop(&sh, lane, &erx))?,
             );
         }
         Ok(Peer { shared, rx, threads })
@@ -212,6 +216,12 @@ fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>, expect: &Sender<
         if sh.shutdown.load(Ordering::Acquire) {
             batch.drain(..).for_each(|s| s.done.finish(Err(ErrorKind::Shutdown)));
             continue;
+        }
+        // Acquire pairs with the receiver's Release when it marks the connection broken.
+        if sh.broken[lane].swap(false, Ordering::Acquire) {
+            if let Some(old) = conn.take() {
+                let _ = old.shutdown(Shutdown::Both);
+            }
         }
         if conn.is_none() {
             conn = open_lane(sh, lane, expect);
@@ -307,7 +317,7 @@ enum ReplyError {
     Io(std::io::Error),
 }
 
-fn receiver_loop(sh: &Shared, expect: &Receiver<Expect>) {
+fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
     let mut stream: Option<Arc<TcpStream>> = None;
     let mut broken = true;
     let mut rb = RecvBuf::new(256 << 10);
@@ -337,6 +347,8 @@ fn receiver_loop(sh: &Shared, expect: &Receiver<Expect>) {
             Err(ReplyError::Protocol(m)) => {
                 tw_log!(Level::Error, "tcp: protocol error from {}:{}: {m}", sh.addr.host, sh.addr.port);
                 broken = true;
+                // Release pairs with the sender's Acquire swap.
+                sh.broken[lane].store(true, Ordering::Release);
                 let _ = st.shutdown(Shutdown::Both);
                 slice.done.finish(Err(ErrorKind::Protocol));
             }
@@ -344,6 +356,8 @@ fn receiver_loop(sh: &Shared, expect: &Receiver<Expect>) {
                 let timed_out = matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut);
                 tw_log!(Level::Warn, "tcp: connection to {}:{} lost: {e}", sh.addr.host, sh.addr.port);
                 broken = true;
+                // Release pairs with the sender's Acquire swap.
+                sh.broken[lane].store(true, Ordering::Release);
                 let _ = st.shutdown(Shutdown::Both);
                 sh.fail_or_retry(slice, if timed_out { ErrorKind::Timeout } else { ErrorKind::Socket }, !timed_out);
             }

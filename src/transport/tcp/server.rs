@@ -65,6 +65,9 @@ impl TcpServer {
                         if let Err(e) = serve(&stream, &reg) {
                             tw_log!(Level::Debug, "tcp session {peer:?} ended: {e}");
                         }
+                        // The accept thread keeps a clone of the fd for shutdown; end the
+                        // connection itself so the peer sees it close now.
+                        let _ = stream.shutdown(Shutdown::Both);
                     });
                 let mut list = sessions2.lock().unwrap_or_else(|e| e.into_inner());
                 list.retain(|(_, h)| !h.is_finished());
