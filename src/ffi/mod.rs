@@ -1,1 +1,68 @@
-//! C APIs.
+//! The C APIs. This is the only module that touches C pointers or exports symbols:
+//! `native` is tidewire's own `tw_*` API (`include/tidewire.h`); `mooncake` exports the 27
+//! functions of Mooncake's `transfer_engine_c.h`.
+#![allow(non_camel_case_types)]
+
+pub mod native;
+pub mod status;
+
+use std::ffi::{CStr, c_char};
+
+/// Runs `$body`, turning a panic into `$on_panic` plus a last-error message.
+macro_rules! ffi_boundary {
+    ($on_panic:expr, $body:block) => {
+        match ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(|| $body)) {
+            Ok(ret) => ret,
+            Err(payload) => {
+                $crate::ffi::status::record_panic(&*payload);
+                $on_panic
+            }
+        }
+    };
+}
+pub(crate) use ffi_boundary;
+
+/// Borrows a C string argument: NULL → `NullArgument`, invalid UTF-8 → `InvalidArgument`.
+///
+/// # Safety
+/// `p` is NULL or a valid NUL-terminated string that outlives the returned borrow.
+pub(crate) unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> crate::Result<&'a str> {
+    if p.is_null() {
+        return Err(crate::Error::new(crate::ErrorKind::NullArgument, format!("{what} is NULL")));
+    }
+    // SAFETY: non-NULL and NUL-terminated per the caller's contract.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| crate::Error::new(crate::ErrorKind::InvalidArgument, format!("{what} is not valid UTF-8")))
+}
+
+/// Borrows `count` elements at `p`: NULL is allowed only for `count == 0`.
+///
+/// # Safety
+/// `p` is NULL or points at `count` initialised elements that outlive the borrow.
+pub(crate) unsafe fn slice_arg<'a, T>(p: *const T, count: usize, what: &str) -> crate::Result<&'a [T]> {
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(crate::Error::new(crate::ErrorKind::NullArgument, format!("{what} is NULL with count {count}")));
+    }
+    // SAFETY: non-NULL, `count` elements per the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, count) })
+}
+
+/// Copies `s` plus a NUL into `buf[..len]`; `false` when it does not fit (nothing written).
+///
+/// # Safety
+/// `buf` is valid for `len` bytes of writes.
+pub(crate) unsafe fn write_c_string(s: &str, buf: *mut c_char, len: usize) -> bool {
+    if buf.is_null() || s.len() + 1 > len {
+        return false;
+    }
+    // SAFETY: `buf` holds at least s.len()+1 bytes per the check above and the caller's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
+        *buf.add(s.len()) = 0;
+    }
+    true
+}

@@ -1,0 +1,164 @@
+//! Native result codes, their names, and the thread-local last-error message.
+
+use crate::error::{Error, ErrorKind};
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr};
+
+/// Result of every fallible `tw_*` call: 0 = success, negative = error. Numbers are stable.
+pub type tw_result = i32;
+
+/// Success.
+pub const TW_OK: tw_result = 0;
+/// A parameter is out of its domain.
+pub const TW_ERR_INVALID_ARGUMENT: tw_result = -1;
+/// A required pointer was NULL.
+pub const TW_ERR_NULL_ARGUMENT: tw_result = -2;
+/// More requests than the batch holds.
+pub const TW_ERR_TOO_MANY_REQUESTS: tw_result = -3;
+/// An address range is not inside one registered region.
+pub const TW_ERR_ADDRESS_NOT_REGISTERED: tw_result = -4;
+/// A registration partially overlaps an existing one.
+pub const TW_ERR_ADDRESS_OVERLAPPED: tw_result = -5;
+/// A batch or scatter id that is unknown, stale or freed.
+pub const TW_ERR_INVALID_ID: tw_result = -6;
+/// A segment that is not open or cannot be reached.
+pub const TW_ERR_UNKNOWN_SEGMENT: tw_result = -7;
+/// Work is still in flight.
+pub const TW_ERR_BUSY: tw_result = -8;
+/// A bounded wait ran out (the work continues).
+pub const TW_ERR_TIMEOUT: tw_result = -9;
+/// The peer refused the address range.
+pub const TW_ERR_REJECTED: tw_result = -10;
+/// Connect, reset, or I/O timeout on a socket.
+pub const TW_ERR_SOCKET: tw_result = -11;
+/// The peer broke the protocol.
+pub const TW_ERR_PROTOCOL: tw_result = -12;
+/// A descriptor could not be fetched, decoded or published.
+pub const TW_ERR_METADATA: tw_result = -13;
+/// Not available in this build or on this host.
+pub const TW_ERR_UNSUPPORTED: tw_result = -14;
+/// An output buffer is too small.
+pub const TW_ERR_BUFFER_TOO_SMALL: tw_result = -15;
+/// The engine is shutting down.
+pub const TW_ERR_SHUTDOWN: tw_result = -16;
+/// Internal failure.
+pub const TW_ERR_INTERNAL: tw_result = -17;
+/// A panic was caught at the API boundary (a bug; the engine stays usable).
+pub const TW_ERR_PANIC: tw_result = -18;
+
+/// Native code of an error kind.
+pub fn code_of(kind: ErrorKind) -> tw_result {
+    match kind {
+        ErrorKind::InvalidArgument => TW_ERR_INVALID_ARGUMENT,
+        ErrorKind::NullArgument => TW_ERR_NULL_ARGUMENT,
+        ErrorKind::TooManyRequests => TW_ERR_TOO_MANY_REQUESTS,
+        ErrorKind::AddressNotRegistered => TW_ERR_ADDRESS_NOT_REGISTERED,
+        ErrorKind::AddressOverlapped => TW_ERR_ADDRESS_OVERLAPPED,
+        ErrorKind::InvalidId => TW_ERR_INVALID_ID,
+        ErrorKind::UnknownSegment => TW_ERR_UNKNOWN_SEGMENT,
+        ErrorKind::Busy => TW_ERR_BUSY,
+        ErrorKind::Timeout => TW_ERR_TIMEOUT,
+        ErrorKind::Rejected => TW_ERR_REJECTED,
+        ErrorKind::Socket => TW_ERR_SOCKET,
+        ErrorKind::Protocol => TW_ERR_PROTOCOL,
+        ErrorKind::Metadata => TW_ERR_METADATA,
+        ErrorKind::Unsupported => TW_ERR_UNSUPPORTED,
+        ErrorKind::BufferTooSmall => TW_ERR_BUFFER_TOO_SMALL,
+        ErrorKind::Shutdown => TW_ERR_SHUTDOWN,
+        ErrorKind::Internal => TW_ERR_INTERNAL,
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Stores `e` as this thread's last error and returns its code.
+pub(crate) fn fail(e: &Error) -> tw_result {
+    set_last_error(e.to_string());
+    code_of(e.kind())
+}
+
+/// Stores a message as this thread's last error.
+pub(crate) fn set_last_error(msg: String) {
+    LAST_ERROR.with(|l| *l.borrow_mut() = msg);
+}
+
+/// Records a caught panic.
+pub(crate) fn record_panic(payload: &(dyn std::any::Any + Send)) {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    crate::tw_log!(crate::log::Level::Error, "panic caught at the C API boundary: {what}");
+    set_last_error(format!("internal panic: {what}"));
+}
+
+/// Static name of a result code (`"TW_OK"`, `"TW_ERR_TIMEOUT"`, ...; `"TW_ERR_UNKNOWN"` for
+/// numbers this version does not define). Never NULL; the string lives forever.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_result_str(code: tw_result) -> *const c_char {
+    let s: &'static CStr = match code {
+        TW_OK => c"TW_OK",
+        TW_ERR_INVALID_ARGUMENT => c"TW_ERR_INVALID_ARGUMENT",
+        TW_ERR_NULL_ARGUMENT => c"TW_ERR_NULL_ARGUMENT",
+        TW_ERR_TOO_MANY_REQUESTS => c"TW_ERR_TOO_MANY_REQUESTS",
+        TW_ERR_ADDRESS_NOT_REGISTERED => c"TW_ERR_ADDRESS_NOT_REGISTERED",
+        TW_ERR_ADDRESS_OVERLAPPED => c"TW_ERR_ADDRESS_OVERLAPPED",
+        TW_ERR_INVALID_ID => c"TW_ERR_INVALID_ID",
+        TW_ERR_UNKNOWN_SEGMENT => c"TW_ERR_UNKNOWN_SEGMENT",
+        TW_ERR_BUSY => c"TW_ERR_BUSY",
+        TW_ERR_TIMEOUT => c"TW_ERR_TIMEOUT",
+        TW_ERR_REJECTED => c"TW_ERR_REJECTED",
+        TW_ERR_SOCKET => c"TW_ERR_SOCKET",
+        TW_ERR_PROTOCOL => c"TW_ERR_PROTOCOL",
+        TW_ERR_METADATA => c"TW_ERR_METADATA",
+        TW_ERR_UNSUPPORTED => c"TW_ERR_UNSUPPORTED",
+        TW_ERR_BUFFER_TOO_SMALL => c"TW_ERR_BUFFER_TOO_SMALL",
+        TW_ERR_SHUTDOWN => c"TW_ERR_SHUTDOWN",
+        TW_ERR_INTERNAL => c"TW_ERR_INTERNAL",
+        TW_ERR_PANIC => c"TW_ERR_PANIC",
+        _ => c"TW_ERR_UNKNOWN",
+    };
+    s.as_ptr()
+}
+
+/// Copies the calling thread's last error message (NUL-terminated, truncated to fit) into
+/// `buf[..len]` and returns the full message length plus one (the size needed). `buf` may be
+/// NULL when `len` is 0, to query the size. The message is set by the last failing `tw_*` call
+/// on this thread and is empty before any failure. Thread-safe (per-thread state).
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_last_error_message(buf: *mut c_char, len: usize) -> usize {
+    super::ffi_boundary!(0, {
+        LAST_ERROR.with(|l| {
+            let msg = l.borrow();
+            if !buf.is_null() && len > 0 {
+                let n = msg.len().min(len - 1);
+                // SAFETY: the caller guarantees `buf` is writable for `len` bytes; n + 1 <= len.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
+                    *buf.add(n) = 0;
+                }
+            }
+            msg.len() + 1
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_a_distinct_named_code() {
+        let mut seen = std::collections::HashSet::new();
+        for k in ErrorKind::ALL {
+            let c = code_of(k);
+            assert!(c < 0 && seen.insert(c));
+            // SAFETY: tw_result_str returns a static NUL-terminated string.
+            let name = unsafe { CStr::from_ptr(tw_result_str(c)) }.to_str().unwrap();
+            assert!(name.starts_with("TW_ERR_") && name != "TW_ERR_UNKNOWN", "{k:?}");
+        }
+    }
+}
