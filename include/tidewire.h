@@ -494,6 +494,35 @@ tw_result tw_notify_take(const struct tw_engine *engine,
 void tw_notifications_free(struct tw_notification *list, size_t count);
 
 /*
+ Copies the cached descriptor of an open segment (`TW_LOCAL_SEGMENT` = this engine) as
+ Mooncake-compatible JSON into `buf[..len]`, NUL-terminated, and writes the size needed
+ (including the NUL) to `*needed_out` (may be NULL). `TW_ERR_BUFFER_TOO_SMALL` writes only
+ `*needed_out`, so a caller can retry with a larger buffer.
+ */
+tw_result tw_segment_descriptor(const struct tw_engine *engine,
+                                int32_t segment,
+                                char *buf,
+                                size_t len,
+                                size_t *needed_out);
+
+/*
+ Like `tw_batch_submit`, and sends the notification (`name`, `msg`) to the first request's
+ segment once a status query or wait observes the whole batch completed (Mooncake's
+ `submitTransferWithNotify`). A batch that fails never sends it.
+ */
+tw_result tw_batch_submit_with_notify(const struct tw_engine *engine,
+                                      uint64_t batch,
+                                      const struct tw_transfer_request *requests,
+                                      size_t count,
+                                      const char *name,
+                                      const char *msg);
+
+/*
+ Probes a peer's RPC port (`name` is a segment name); `TW_OK` when it answers.
+ */
+tw_result tw_engine_probe(const struct tw_engine *engine, const char *name);
+
+/*
  Static name of a result code (`"TW_OK"`, `"TW_ERR_TIMEOUT"`, ...; `"TW_ERR_UNKNOWN"` for
  numbers this version does not define). Never NULL; the string lives forever.
  */

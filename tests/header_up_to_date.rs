@@ -6,7 +6,8 @@ use std::path::Path;
 #[test]
 fn native_header_matches_the_code() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let config = cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml parses");
+    let config =
+        cbindgen::Config::from_file(root.join("cbindgen.toml")).expect("cbindgen.toml parses");
     let mut out = Vec::new();
     cbindgen::Builder::new()
         .with_config(config)

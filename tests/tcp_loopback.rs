@@ -14,23 +14,50 @@ fn pair() -> (tidewire::Engine, tidewire::Engine) {
 fn write_then_read_back_various_sizes() {
     let (a, b) = pair();
     let remote = Buf::new(8 << 20, 0);
-    b.register_memory(remote.addr(), remote.len(), "cpu:0", true).unwrap();
+    b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+        .unwrap();
     let src = Buf::pattern(8 << 20, 3);
     let mut dst = Buf::new(8 << 20, 0);
-    a.register_memory(src.addr(), src.len(), "cpu:0", true).unwrap();
-    a.register_memory(dst.addr(), dst.len(), "cpu:0", true).unwrap();
+    a.register_memory(src.addr(), src.len(), "cpu:0", true)
+        .unwrap();
+    a.register_memory(dst.addr(), dst.len(), "cpu:0", true)
+        .unwrap();
     let seg = a.open_segment(b.name()).unwrap();
     assert!(seg >= 1);
     assert_eq!(a.open_segment(b.name()).unwrap(), seg, "cached");
     for &size in &[1u64, 128, 4096, 65536, 1 << 20, 3 << 20, 8 << 20] {
         let batch = a.alloc_batch(2).unwrap();
-        a.submit(batch, &[Request { op: Opcode::Write, local: src.addr(), segment: seg, remote: remote.addr(), len: size }]).unwrap();
+        a.submit(
+            batch,
+            &[Request {
+                op: Opcode::Write,
+                local: src.addr(),
+                segment: seg,
+                remote: remote.addr(),
+                len: size,
+            }],
+        )
+        .unwrap();
         a.wait_batch(batch, Some(Duration::from_secs(20))).unwrap();
-        a.submit(batch, &[Request { op: Opcode::Read, local: dst.addr(), segment: seg, remote: remote.addr(), len: size }]).unwrap();
+        a.submit(
+            batch,
+            &[Request {
+                op: Opcode::Read,
+                local: dst.addr(),
+                segment: seg,
+                remote: remote.addr(),
+                len: size,
+            }],
+        )
+        .unwrap();
         a.wait_batch(batch, Some(Duration::from_secs(20))).unwrap();
         let st = a.task_status(batch, 1).unwrap();
         assert_eq!((st.state, st.transferred), (TaskState::Completed, size));
-        assert_eq!(&dst.0[..size as usize], &src.0[..size as usize], "size {size}");
+        assert_eq!(
+            &dst.0[..size as usize],
+            &src.0[..size as usize],
+            "size {size}"
+        );
         a.free_batch(batch).unwrap();
         dst.0.fill(0);
     }
@@ -41,22 +68,37 @@ fn big_batches_complete_in_order() {
     let (a, b) = pair();
     let n = 10_000usize;
     let remote = Buf::pattern(n * 64, 9);
-    b.register_memory(remote.addr(), remote.len(), "cpu:0", true).unwrap();
+    b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+        .unwrap();
     let local = Buf::new(n * 128, 0);
-    a.register_memory(local.addr(), local.len(), "cpu:0", true).unwrap();
+    a.register_memory(local.addr(), local.len(), "cpu:0", true)
+        .unwrap();
     let seg = a.open_segment(b.name()).unwrap();
     for count in [1usize, 10, 1000, 10_000] {
         let batch = a.alloc_batch(count).unwrap();
         let reqs: Vec<Request> = (0..count)
-            .map(|i| Request { op: Opcode::Read, local: local.addr() + (i * 128) as u64, segment: seg, remote: remote.addr() + (i * 64) as u64, len: 64 })
+            .map(|i| Request {
+                op: Opcode::Read,
+                local: local.addr() + (i * 128) as u64,
+                segment: seg,
+                remote: remote.addr() + (i * 64) as u64,
+                len: 64,
+            })
             .collect();
         a.submit(batch, &reqs).unwrap();
         a.wait_batch(batch, Some(Duration::from_secs(30))).unwrap();
         for i in 0..count {
-            assert_eq!(&local.0[i * 128..i * 128 + 64], &remote.0[i * 64..i * 64 + 64], "request {i} of {count}");
+            assert_eq!(
+                &local.0[i * 128..i * 128 + 64],
+                &remote.0[i * 64..i * 64 + 64],
+                "request {i} of {count}"
+            );
         }
         assert_eq!(a.batch_len(batch).unwrap(), count);
-        assert_eq!(a.submit(batch, &reqs[..1]).unwrap_err().kind(), ErrorKind::TooManyRequests);
+        assert_eq!(
+            a.submit(batch, &reqs[..1]).unwrap_err().kind(),
+            ErrorKind::TooManyRequests
+        );
         a.free_batch(batch).unwrap();
     }
 }
@@ -66,39 +108,88 @@ fn rejected_and_bad_requests() {
     let (a, b) = pair();
     let remote = Buf::new(4096, 1);
     let hidden = Buf::new(4096, 2);
-    b.register_memory(remote.addr(), remote.len(), "cpu:0", true).unwrap();
-    b.register_memory(hidden.addr(), hidden.len(), "cpu:0", false).unwrap();
+    b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+        .unwrap();
+    b.register_memory(hidden.addr(), hidden.len(), "cpu:0", false)
+        .unwrap();
     let local = Buf::new(8192, 0);
-    a.register_memory(local.addr(), local.len(), "cpu:0", true).unwrap();
+    a.register_memory(local.addr(), local.len(), "cpu:0", true)
+        .unwrap();
     let seg = a.open_segment(b.name()).unwrap();
     let batch = a.alloc_batch(8).unwrap();
-    let r = |op, remote: u64, len| Request { op, local: local.addr(), segment: seg, remote, len };
+    let r = |op, remote: u64, len| Request {
+        op,
+        local: local.addr(),
+        segment: seg,
+        remote,
+        len,
+    };
     // Not registered locally: whole submit refused, nothing queued.
-    let bad_local = Request { local: 0x10, ..r(Opcode::Read, remote.addr(), 16) };
-    assert_eq!(a.submit(batch, &[r(Opcode::Read, remote.addr(), 16), bad_local]).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
+    let bad_local = Request {
+        local: 0x10,
+        ..r(Opcode::Read, remote.addr(), 16)
+    };
+    assert_eq!(
+        a.submit(batch, &[r(Opcode::Read, remote.addr(), 16), bad_local])
+            .unwrap_err()
+            .kind(),
+        ErrorKind::AddressNotRegistered
+    );
     assert_eq!(a.batch_len(batch).unwrap(), 0);
-    assert_eq!(a.submit(batch, &[Request { segment: 77, ..r(Opcode::Read, remote.addr(), 16) }]).unwrap_err().kind(), ErrorKind::UnknownSegment);
+    assert_eq!(
+        a.submit(
+            batch,
+            &[Request {
+                segment: 77,
+                ..r(Opcode::Read, remote.addr(), 16)
+            }]
+        )
+        .unwrap_err()
+        .kind(),
+        ErrorKind::UnknownSegment
+    );
     // Remote outside / not remote-accessible / straddling: FAILED with Rejected, good ones fine.
-    a.submit(batch, &[
-        r(Opcode::Read, remote.addr() + 4000, 200),
-        r(Opcode::Write, hidden.addr(), 16),
-        r(Opcode::Read, hidden.addr(), 16),
-        r(Opcode::Read, remote.addr(), 4096),
-        r(Opcode::Write, remote.addr(), 0),
-    ]).unwrap();
-    assert_eq!(a.wait_batch(batch, Some(Duration::from_secs(20))).unwrap_err().kind(), ErrorKind::Rejected);
+    a.submit(
+        batch,
+        &[
+            r(Opcode::Read, remote.addr() + 4000, 200),
+            r(Opcode::Write, hidden.addr(), 16),
+            r(Opcode::Read, hidden.addr(), 16),
+            r(Opcode::Read, remote.addr(), 4096),
+            r(Opcode::Write, remote.addr(), 0),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        a.wait_batch(batch, Some(Duration::from_secs(20)))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Rejected
+    );
     let states: Vec<_> = (0..5).map(|i| a.task_status(batch, i).unwrap()).collect();
     assert_eq!(states[0].error, Some(ErrorKind::Rejected));
     assert_eq!(states[1].error, Some(ErrorKind::Rejected));
     assert_eq!(states[2].error, Some(ErrorKind::Rejected));
     assert_eq!(states[3].state, TaskState::Completed);
     assert_eq!(states[4].state, TaskState::Completed);
-    assert!(hidden.0.iter().all(|&x| x == 2), "not-remote-accessible memory untouched");
+    assert!(
+        hidden.0.iter().all(|&x| x == 2),
+        "not-remote-accessible memory untouched"
+    );
     assert!(local.0[..4096].iter().all(|&x| x == 1));
-    assert_eq!(a.task_status(batch, 5).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(
+        a.task_status(batch, 5).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
     a.free_batch(batch).unwrap();
-    assert_eq!(a.free_batch(batch).unwrap_err().kind(), ErrorKind::InvalidId);
-    assert_eq!(a.task_status(batch, 0).unwrap_err().kind(), ErrorKind::InvalidId);
+    assert_eq!(
+        a.free_batch(batch).unwrap_err().kind(),
+        ErrorKind::InvalidId
+    );
+    assert_eq!(
+        a.task_status(batch, 0).unwrap_err().kind(),
+        ErrorKind::InvalidId
+    );
 }
 
 #[test]
@@ -110,11 +201,36 @@ fn local_segment_is_a_checked_memcpy() {
     a.register_memory(y.addr(), 4096, "cpu:0", false).unwrap();
     assert_eq!(a.open_segment(a.name()).unwrap(), 0);
     let batch = a.alloc_batch(2).unwrap();
-    a.submit(batch, &[Request { op: Opcode::Write, local: x.addr(), segment: 0, remote: y.addr(), len: 4096 }]).unwrap();
+    a.submit(
+        batch,
+        &[Request {
+            op: Opcode::Write,
+            local: x.addr(),
+            segment: 0,
+            remote: y.addr(),
+            len: 4096,
+        }],
+    )
+    .unwrap();
     a.wait_batch(batch, Some(Duration::from_secs(5))).unwrap();
     assert_eq!(x.0, y.0);
-    a.submit(batch, &[Request { op: Opcode::Write, local: x.addr(), segment: 0, remote: y.addr() + 1, len: 4096 }]).unwrap();
-    assert_eq!(a.wait_batch(batch, Some(Duration::from_secs(5))).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
+    a.submit(
+        batch,
+        &[Request {
+            op: Opcode::Write,
+            local: x.addr(),
+            segment: 0,
+            remote: y.addr() + 1,
+            len: 4096,
+        }],
+    )
+    .unwrap();
+    assert_eq!(
+        a.wait_batch(batch, Some(Duration::from_secs(5)))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::AddressNotRegistered
+    );
 }
 
 #[test]
@@ -122,10 +238,25 @@ fn unknown_peer_fails_fast() {
     let a = engine_with(&[("connect_timeout_ms", "500")]);
     let t = std::time::Instant::now();
     // A port nobody listens on (bind then drop).
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    assert_eq!(a.open_segment(&format!("127.0.0.1:{port}")).unwrap_err().kind(), ErrorKind::UnknownSegment);
-    assert_eq!(a.open_segment("").unwrap_err().kind(), ErrorKind::InvalidArgument);
-    assert_eq!(a.open_segment("no-such-host.invalid:1").unwrap_err().kind(), ErrorKind::UnknownSegment);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    assert_eq!(
+        a.open_segment(&format!("127.0.0.1:{port}"))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::UnknownSegment
+    );
+    assert_eq!(
+        a.open_segment("").unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        a.open_segment("no-such-host.invalid:1").unwrap_err().kind(),
+        ErrorKind::UnknownSegment
+    );
     assert!(t.elapsed() < Duration::from_secs(5));
 }
 
@@ -136,7 +267,10 @@ fn notifications_both_ways() {
     a.send_notify(sb, "kv-ready", "layer 3").unwrap();
     let got = b.take_notifications();
     assert_eq!(got.len(), 1);
-    assert_eq!((got[0].name.as_str(), got[0].msg.as_str()), ("kv-ready", "layer 3"));
+    assert_eq!(
+        (got[0].name.as_str(), got[0].msg.as_str()),
+        ("kv-ready", "layer 3")
+    );
     assert!(b.take_notifications().is_empty());
     let sa = b.open_segment(a.name()).unwrap();
     b.send_notify(sa, "back", "").unwrap();

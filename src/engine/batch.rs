@@ -83,7 +83,11 @@ impl Latch {
                     if now >= d {
                         return false;
                     }
-                    guard = self.cv.wait_timeout(guard, d - now).unwrap_or_else(|e| e.into_inner()).0;
+                    guard = self
+                        .cv
+                        .wait_timeout(guard, d - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
             }
         }
@@ -165,7 +169,9 @@ impl Batch {
             }
             Err(kind) => {
                 // First failure wins.
-                let _ = t.error.compare_exchange(0, kind as u8, Ordering::Relaxed, Ordering::Relaxed);
+                let _ =
+                    t.error
+                        .compare_exchange(0, kind as u8, Ordering::Relaxed, Ordering::Relaxed);
             }
         }
         // Release publishes the bytes/error above to whoever Acquires `pending == 0`.
@@ -183,7 +189,15 @@ impl Batch {
             (0, Some(_)) => TaskState::Failed,
             _ => TaskState::Waiting,
         };
-        TaskStatus { state, error: if state == TaskState::Failed { error } else { None }, transferred: t.transferred.load(Ordering::Relaxed) }
+        TaskStatus {
+            state,
+            error: if state == TaskState::Failed {
+                error
+            } else {
+                None
+            },
+            transferred: t.transferred.load(Ordering::Relaxed),
+        }
     }
 
     /// True when every submitted slice has finished.
@@ -205,7 +219,10 @@ impl Batch {
     pub fn outcome(&self) -> Result<(), Error> {
         match self.first_failure() {
             None => Ok(()),
-            Some((i, kind)) => Err(Error::new(kind, format!("task {i} failed: {}", kind.name()))),
+            Some((i, kind)) => Err(Error::new(
+                kind,
+                format!("task {i} failed: {}", kind.name()),
+            )),
         }
     }
 }
@@ -243,7 +260,10 @@ mod tests {
             b.publish(2);
         }
         assert_eq!(b.status(0).state, TaskState::Waiting);
-        assert!(!b.wait_idle(Some(Instant::now() + Duration::from_millis(20))), "times out");
+        assert!(
+            !b.wait_idle(Some(Instant::now() + Duration::from_millis(20))),
+            "times out"
+        );
         let b2 = b.clone();
         let t = std::thread::spawn(move || {
             SliceDone::new(b2.clone(), 0).finish(Ok(10));
@@ -253,7 +273,10 @@ mod tests {
         assert!(b.wait_idle(None));
         t.join().unwrap();
         let s0 = b.status(0);
-        assert_eq!((s0.state, s0.error, s0.transferred), (TaskState::Failed, Some(ErrorKind::Rejected), 10));
+        assert_eq!(
+            (s0.state, s0.error, s0.transferred),
+            (TaskState::Failed, Some(ErrorKind::Rejected), 10)
+        );
         assert_eq!(b.status(1).state, TaskState::Completed);
         assert_eq!(b.outcome().unwrap_err().kind(), ErrorKind::Rejected);
     }

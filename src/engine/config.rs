@@ -57,29 +57,53 @@ impl Default for Config {
 
 /// Keys accepted by [`Config::set`], with a one-line description each.
 pub const KEYS: &[(&str, &str)] = &[
-    ("metadata", "P2PHANDSHAKE (default) or http(s)://host:port/path"),
-    ("local_server_name", "host[:port] this engine advertises (default 127.0.0.1)"),
-    ("bind_address", "address the listeners bind (default: the advertised host)"),
+    (
+        "metadata",
+        "P2PHANDSHAKE (default) or http(s)://host:port/path",
+    ),
+    (
+        "local_server_name",
+        "host[:port] this engine advertises (default 127.0.0.1)",
+    ),
+    (
+        "bind_address",
+        "address the listeners bind (default: the advertised host)",
+    ),
     ("rpc_port", "handshake port, 0 = any free port"),
     ("data_port", "TCP data port, 0 = any free port"),
     ("tcp_lanes", "connections per peer, 1..=16 (default 2)"),
-    ("tcp_proto", "highest TCP framing version, 1 or 2 (default 2)"),
-    ("slice_size", "bytes per wire request for large transfers (default 1048576)"),
+    (
+        "tcp_proto",
+        "highest TCP framing version, 1 or 2 (default 2)",
+    ),
+    (
+        "slice_size",
+        "bytes per wire request for large transfers (default 1048576)",
+    ),
     ("connect_timeout_ms", "connect deadline (default 5000)"),
     ("io_timeout_ms", "reply deadline (default 30000)"),
-    ("handshake_max_len", "largest handshake frame, 1 MiB..128 MiB"),
+    (
+        "handshake_max_len",
+        "largest handshake frame, 1 MiB..128 MiB",
+    ),
 ];
 
 fn num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T> {
-    v.trim()
-        .parse::<T>()
-        .map_err(|_| Error::new(ErrorKind::InvalidArgument, format!("{key}: {v:?} is not a valid number")))
+    v.trim().parse::<T>().map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidArgument,
+            format!("{key}: {v:?} is not a valid number"),
+        )
+    })
 }
 
 fn ranged(key: &str, v: &str, lo: u64, hi: u64) -> Result<u64> {
     let n: u64 = num(key, v)?;
     if n < lo || n > hi {
-        return Err(Error::new(ErrorKind::InvalidArgument, format!("{key}: {n} is outside {lo}..={hi}")));
+        return Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("{key}: {n} is outside {lo}..={hi}"),
+        ));
     }
     Ok(n)
 }
@@ -108,8 +132,12 @@ impl Config {
             "tcp_lanes" => self.tcp_lanes = ranged(key, value, 1, 16)? as usize,
             "tcp_proto" => self.tcp_proto = ranged(key, value, 1, 2)? as u32,
             "slice_size" => self.slice_size = ranged(key, value, 4096, 1 << 30)?,
-            "connect_timeout_ms" => self.connect_timeout = Duration::from_millis(ranged(key, value, 1, 3_600_000)?),
-            "io_timeout_ms" => self.io_timeout = Duration::from_millis(ranged(key, value, 1, 86_400_000)?),
+            "connect_timeout_ms" => {
+                self.connect_timeout = Duration::from_millis(ranged(key, value, 1, 3_600_000)?)
+            }
+            "io_timeout_ms" => {
+                self.io_timeout = Duration::from_millis(ranged(key, value, 1, 86_400_000)?)
+            }
             "handshake_max_len" => self.handshake_max_len = ranged(key, value, 1 << 20, 128 << 20)?,
             _ => {
                 let known: Vec<&str> = KEYS.iter().map(|k| k.0).collect();
@@ -140,10 +168,16 @@ impl Config {
                 }
             }
         }
-        if let Some(secs) = std::env::var("MC_HANDSHAKE_CONNECT_TIMEOUT").ok().and_then(|v| v.parse::<u64>().ok()) {
+        if let Some(secs) = std::env::var("MC_HANDSHAKE_CONNECT_TIMEOUT")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
             self.connect_timeout = Duration::from_secs(secs.max(1));
         }
-        if let Some(secs) = std::env::var("MC_TCP_STATUS_TIMEOUT_SEC").ok().and_then(|v| v.parse::<u64>().ok()) {
+        if let Some(secs) = std::env::var("MC_TCP_STATUS_TIMEOUT_SEC")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
             self.io_timeout = Duration::from_secs(secs.max(1));
         }
     }
@@ -163,12 +197,27 @@ mod tests {
         let mut c = Config::default();
         c.set("tcp_lanes", "4").unwrap();
         assert_eq!(c.tcp_lanes, 4);
-        assert_eq!(c.set("tcp_lanes", "0").unwrap_err().kind(), ErrorKind::InvalidArgument);
-        assert_eq!(c.set("tcp_lanes", "x").unwrap_err().kind(), ErrorKind::InvalidArgument);
-        assert_eq!(c.set("nope", "1").unwrap_err().kind(), ErrorKind::InvalidArgument);
-        assert_eq!(c.set("metadata", "etcd://x").unwrap_err().kind(), ErrorKind::Unsupported);
+        assert_eq!(
+            c.set("tcp_lanes", "0").unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            c.set("tcp_lanes", "x").unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            c.set("nope", "1").unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            c.set("metadata", "etcd://x").unwrap_err().kind(),
+            ErrorKind::Unsupported
+        );
         c.set("metadata", "http://127.0.0.1:1/metadata").unwrap();
         assert!(!c.is_p2p());
-        assert_eq!(c.set("local_server_name", "").unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            c.set("local_server_name", "").unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
     }
 }

@@ -32,7 +32,12 @@ fn split_id(id: u64) -> (u32, u32) {
 
 impl<T> Default for IdTable<T> {
     fn default() -> Self {
-        IdTable { slots: Mutex::new(Slab { entries: Vec::new(), free: Vec::new() }) }
+        IdTable {
+            slots: Mutex::new(Slab {
+                entries: Vec::new(),
+                free: Vec::new(),
+            }),
+        }
     }
 }
 
@@ -47,7 +52,10 @@ impl<T> IdTable<T> {
             make_id(index, e.generation)
         } else {
             let index = s.entries.len() as u32;
-            s.entries.push(Entry { generation: 1, value: Some(value) });
+            s.entries.push(Entry {
+                generation: 1,
+                value: Some(value),
+            });
             make_id(index, 1)
         }
     }
@@ -57,15 +65,25 @@ impl<T> IdTable<T> {
         let (index, generation) = split_id(id);
         let s = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let e = s.entries.get(index as usize)?;
-        if e.generation == generation { e.value.clone() } else { None }
+        if e.generation == generation {
+            e.value.clone()
+        } else {
+            None
+        }
     }
 
     /// Removes `id` if `allow` approves of its object; returns the object, or `Err(None)` for an
     /// unknown id and `Err(Some(obj))` when refused.
-    pub fn remove_if(&self, id: u64, allow: impl FnOnce(&T) -> bool) -> Result<Arc<T>, Option<Arc<T>>> {
+    pub fn remove_if(
+        &self,
+        id: u64,
+        allow: impl FnOnce(&T) -> bool,
+    ) -> Result<Arc<T>, Option<Arc<T>>> {
         let (index, generation) = split_id(id);
         let mut s = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(e) = s.entries.get_mut(index as usize) else { return Err(None) };
+        let Some(e) = s.entries.get_mut(index as usize) else {
+            return Err(None);
+        };
         if e.generation != generation || e.value.is_none() {
             return Err(None);
         }
@@ -103,11 +121,17 @@ mod tests {
         let a = t.insert(Arc::new(1));
         assert_ne!(a, 0);
         assert_eq!(*t.get(a).unwrap(), 1);
-        assert!(t.remove_if(a, |_| false).unwrap_err().is_some(), "refused removal keeps it");
+        assert!(
+            t.remove_if(a, |_| false).unwrap_err().is_some(),
+            "refused removal keeps it"
+        );
         assert!(t.get(a).is_some());
         assert!(t.remove_if(a, |_| true).is_ok());
         assert!(t.get(a).is_none(), "freed");
-        assert!(t.remove_if(a, |_| true).unwrap_err().is_none(), "double free");
+        assert!(
+            t.remove_if(a, |_| true).unwrap_err().is_none(),
+            "double free"
+        );
         let b = t.insert(Arc::new(2));
         assert_ne!(a, b, "slot reuse gets a new generation");
         assert!(t.get(a).is_none());

@@ -78,7 +78,10 @@ fn bind(host: &str, port: u16) -> Result<TcpListener> {
             Err(e) => last = Some(format!("{a}: {e}")),
         }
     }
-    fail(ErrorKind::Socket, format!("cannot bind {host}:{port}: {}", last.unwrap_or_default()))
+    fail(
+        ErrorKind::Socket,
+        format!("cannot bind {host}:{port}: {}", last.unwrap_or_default()),
+    )
 }
 
 impl Engine {
@@ -86,13 +89,34 @@ impl Engine {
     /// metadata server, publishes this segment.
     pub fn new(cfg: Config) -> Result<Engine> {
         let (host, _) = crate::metadata::parse_host_port(&cfg.local_server_name, 0)?;
-        let bind_host = if cfg.bind_address.is_empty() { host.clone() } else { cfg.bind_address.clone() };
-        let store = if cfg.is_p2p() { None } else { Some(HttpStore::new(&cfg.metadata, cfg.connect_timeout.min(std::time::Duration::from_secs(3)))?) };
+        let bind_host = if cfg.bind_address.is_empty() {
+            host.clone()
+        } else {
+            cfg.bind_address.clone()
+        };
+        let store = if cfg.is_p2p() {
+            None
+        } else {
+            Some(HttpStore::new(
+                &cfg.metadata,
+                cfg.connect_timeout.min(std::time::Duration::from_secs(3)),
+            )?)
+        };
         let rpc_listener = bind(&bind_host, cfg.rpc_port)?;
         let data_listener = bind(&bind_host, cfg.data_port)?;
-        let rpc_port = rpc_listener.local_addr().map_err(|e| Error::new(ErrorKind::Socket, e.to_string()))?.port();
-        let data_port = data_listener.local_addr().map_err(|e| Error::new(ErrorKind::Socket, e.to_string()))?.port();
-        let name = if cfg.is_p2p() { crate::metadata::join_host_port(&host, rpc_port) } else { cfg.local_server_name.clone() };
+        let rpc_port = rpc_listener
+            .local_addr()
+            .map_err(|e| Error::new(ErrorKind::Socket, e.to_string()))?
+            .port();
+        let data_port = data_listener
+            .local_addr()
+            .map_err(|e| Error::new(ErrorKind::Socket, e.to_string()))?
+            .port();
+        let name = if cfg.is_p2p() {
+            crate::metadata::join_host_port(&host, rpc_port)
+        } else {
+            cfg.local_server_name.clone()
+        };
         let client = TcpClient::new(ClientConfig {
             lanes: cfg.tcp_lanes,
             connect_timeout: cfg.connect_timeout,
@@ -101,7 +125,14 @@ impl Engine {
         });
         let registry = Arc::new(Registry::new());
         let inner = Arc::new(Inner {
-            rpc_host: if cfg.bind_address.is_empty() || cfg.bind_address == "0.0.0.0" || cfg.bind_address == "::" { host } else { cfg.bind_address.clone() },
+            rpc_host: if cfg.bind_address.is_empty()
+                || cfg.bind_address == "0.0.0.0"
+                || cfg.bind_address == "::"
+            {
+                host
+            } else {
+                cfg.bind_address.clone()
+            },
             cfg,
             name,
             rpc_port,
@@ -127,11 +158,19 @@ impl Engine {
         *inner.servers.lock().unwrap_or_else(|e| e.into_inner()) = Some((rpc, tcp));
         let engine = Engine { inner };
         if let Some(store) = &engine.inner.store {
-            let meta = serde_json::json!({"ip_or_host_name": engine.inner.rpc_host, "rpc_port": rpc_port});
-            store.put(&engine.inner.rpc_meta_key(&engine.inner.name), &meta.to_string())?;
+            let meta =
+                serde_json::json!({"ip_or_host_name": engine.inner.rpc_host, "rpc_port": rpc_port});
+            store.put(
+                &engine.inner.rpc_meta_key(&engine.inner.name),
+                &meta.to_string(),
+            )?;
             engine.inner.publish()?;
         }
-        tw_log!(Level::Info, "engine {} up (rpc {rpc_port}, data {data_port})", engine.inner.name);
+        tw_log!(
+            Level::Info,
+            "engine {} up (rpc {rpc_port}, data {data_port})",
+            engine.inner.name
+        );
         Ok(engine)
     }
 
@@ -162,8 +201,16 @@ impl Engine {
 
     /// Registers `[addr, addr+len)`. `location` is kept and published (`"cpu:N"`, `"cuda:N"`,
     /// `"*"`); peers can never touch a region registered with `remote_accessible == false`.
-    pub fn register_memory(&self, addr: u64, len: u64, location: &str, remote_accessible: bool) -> Result<()> {
-        self.inner.registry.register(addr, len, location, remote_accessible)?;
+    pub fn register_memory(
+        &self,
+        addr: u64,
+        len: u64,
+        location: &str,
+        remote_accessible: bool,
+    ) -> Result<()> {
+        self.inner
+            .registry
+            .register(addr, len, location, remote_accessible)?;
         self.inner.publish_logged();
         Ok(())
     }
@@ -209,12 +256,27 @@ impl Engine {
         if name == self.inner.name {
             return Ok(LOCAL_SEGMENT);
         }
-        let _serial = self.inner.open_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(id) = self.inner.segments.read().unwrap_or_else(|e| e.into_inner()).id_of(name) {
+        let _serial = self
+            .inner
+            .open_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(id) = self
+            .inner
+            .segments
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .id_of(name)
+        {
             return Ok(id);
         }
         let seg = self.inner.fetch_segment(name)?;
-        Ok(self.inner.segments.write().unwrap_or_else(|e| e.into_inner()).insert(seg))
+        Ok(self
+            .inner
+            .segments
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(seg))
     }
 
     /// Forgets a segment id. Transfers already submitted to it finish normally.
@@ -222,10 +284,19 @@ impl Engine {
         if id == LOCAL_SEGMENT {
             return Ok(());
         }
-        if self.inner.segments.write().unwrap_or_else(|e| e.into_inner()).remove(id) {
+        if self
+            .inner
+            .segments
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+        {
             Ok(())
         } else {
-            fail(ErrorKind::UnknownSegment, format!("segment {id} is not open"))
+            fail(
+                ErrorKind::UnknownSegment,
+                format!("segment {id} is not open"),
+            )
         }
     }
 
@@ -243,7 +314,12 @@ impl Engine {
 
     /// Refreshes every open segment; returns the first error after trying them all.
     pub fn refresh_all_segments(&self) -> Result<()> {
-        let all = self.inner.segments.read().unwrap_or_else(|e| e.into_inner()).all();
+        let all = self
+            .inner
+            .segments
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .all();
         let mut first = None;
         for (id, _) in all {
             if let Err(e) = self.refresh_segment(id) {
@@ -268,15 +344,32 @@ impl Engine {
 
     /// Takes every notification received so far, oldest first.
     pub fn take_notifications(&self) -> Vec<Notification> {
-        self.inner.notifies.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect()
+        self.inner
+            .notifies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect()
     }
 
     /// Probes a peer's RPC port (`host:port` or a metadata-mode segment name).
     pub fn probe(&self, name: &str) -> Result<()> {
         let (host, port) = self.inner.rpc_address(name)?;
-        let reply = rpc::call(&host, port, MsgType::Probe, b"{}", self.inner.cfg.connect_timeout, self.inner.cfg.handshake_max_len)?;
-        let v: serde_json::Value = serde_json::from_slice(&reply).map_err(|e| Error::new(ErrorKind::Protocol, format!("probe reply: {e}")))?;
-        if v.get("status").and_then(|s| s.as_str()) == Some("success") { Ok(()) } else { fail(ErrorKind::Protocol, format!("probe reply {v}")) }
+        let reply = rpc::call(
+            &host,
+            port,
+            MsgType::Probe,
+            b"{}",
+            self.inner.cfg.connect_timeout,
+            self.inner.cfg.handshake_max_len,
+        )?;
+        let v: serde_json::Value = serde_json::from_slice(&reply)
+            .map_err(|e| Error::new(ErrorKind::Protocol, format!("probe reply: {e}")))?;
+        if v.get("status").and_then(|s| s.as_str()) == Some("success") {
+            Ok(())
+        } else {
+            fail(ErrorKind::Protocol, format!("probe reply {v}"))
+        }
     }
 }
 
@@ -284,9 +377,18 @@ impl Drop for Engine {
     fn drop(&mut self) {
         *self.inner.live.write().unwrap_or_else(|e| e.into_inner()) = false;
         self.inner.client.shutdown();
-        drop(self.inner.servers.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(
+            self.inner
+                .servers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         if let Some(store) = &self.inner.store {
-            for key in [self.inner.ram_key(&self.inner.name), self.inner.rpc_meta_key(&self.inner.name)] {
+            for key in [
+                self.inner.ram_key(&self.inner.name),
+                self.inner.rpc_meta_key(&self.inner.name),
+            ] {
                 if let Err(e) = store.delete(&key) {
                     tw_log!(Level::Warn, "removing {key}: {e}");
                 }
@@ -305,7 +407,11 @@ fn key_prefix() -> String {
 
 impl Inner {
     fn ram_key(&self, name: &str) -> String {
-        if name.contains('/') { format!("{}{name}", key_prefix()) } else { format!("{}ram/{name}", key_prefix()) }
+        if name.contains('/') {
+            format!("{}{name}", key_prefix())
+        } else {
+            format!("{}ram/{name}", key_prefix())
+        }
     }
 
     fn rpc_meta_key(&self, name: &str) -> String {
@@ -319,7 +425,11 @@ impl Inner {
                 .snapshot()
                 .into_iter()
                 .filter(|r| r.remote_accessible)
-                .map(|r| BufferDesc { name: self.name.clone(), addr: r.base, length: r.len })
+                .map(|r| BufferDesc {
+                    name: self.name.clone(),
+                    addr: r.base,
+                    length: r.len,
+                })
                 .collect(),
             name: self.name.clone(),
             protocol: "tcp".to_string(),
@@ -352,7 +462,12 @@ impl Inner {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(id)
-            .ok_or_else(|| Error::new(ErrorKind::UnknownSegment, format!("segment {id} is not open")))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::UnknownSegment,
+                    format!("segment {id} is not open"),
+                )
+            })
     }
 
     /// Where a segment's RPC port is.
@@ -360,14 +475,25 @@ impl Inner {
         match &self.store {
             None => crate::metadata::parse_host_port(name, crate::metadata::DEFAULT_HANDSHAKE_PORT),
             Some(store) => {
-                let body = store
-                    .get(&self.rpc_meta_key(name))?
-                    .ok_or_else(|| Error::new(ErrorKind::UnknownSegment, format!("no rpc_meta for {name:?} on the metadata server")))?;
-                let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| Error::new(ErrorKind::Metadata, format!("rpc_meta of {name}: {e}")))?;
-                let host = v.get("ip_or_host_name").and_then(|h| h.as_str()).unwrap_or_default();
+                let body = store.get(&self.rpc_meta_key(name))?.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::UnknownSegment,
+                        format!("no rpc_meta for {name:?} on the metadata server"),
+                    )
+                })?;
+                let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+                    Error::new(ErrorKind::Metadata, format!("rpc_meta of {name}: {e}"))
+                })?;
+                let host = v
+                    .get("ip_or_host_name")
+                    .and_then(|h| h.as_str())
+                    .unwrap_or_default();
                 let port = v.get("rpc_port").and_then(|p| p.as_u64()).unwrap_or(0);
                 if host.is_empty() || port == 0 || port > 65535 {
-                    return fail(ErrorKind::Metadata, format!("rpc_meta of {name} is incomplete: {v}"));
+                    return fail(
+                        ErrorKind::Metadata,
+                        format!("rpc_meta of {name} is incomplete: {v}"),
+                    );
                 }
                 Ok((host.to_string(), port as u16))
             }
@@ -375,17 +501,37 @@ impl Inner {
     }
 
     fn fetch_segment(&self, name: &str) -> Result<Segment> {
-        let (host, port) = self.rpc_address(name).map_err(|e| Error::new(ErrorKind::UnknownSegment, format!("segment {name:?}: {}", e.message())))?;
+        let (host, port) = self.rpc_address(name).map_err(|e| {
+            Error::new(
+                ErrorKind::UnknownSegment,
+                format!("segment {name:?}: {}", e.message()),
+            )
+        })?;
         let desc = match &self.store {
             None => {
-                let body = rpc::call(&host, port, MsgType::Metadata, self.local_desc().encode().as_bytes(), self.cfg.connect_timeout, self.cfg.handshake_max_len)
-                    .map_err(|e| Error::new(ErrorKind::UnknownSegment, format!("segment {name:?}: {}", e.message())))?;
+                let body = rpc::call(
+                    &host,
+                    port,
+                    MsgType::Metadata,
+                    self.local_desc().encode().as_bytes(),
+                    self.cfg.connect_timeout,
+                    self.cfg.handshake_max_len,
+                )
+                .map_err(|e| {
+                    Error::new(
+                        ErrorKind::UnknownSegment,
+                        format!("segment {name:?}: {}", e.message()),
+                    )
+                })?;
                 SegmentDesc::decode(&body)?
             }
             Some(store) => {
-                let body = store
-                    .get(&self.ram_key(name))?
-                    .ok_or_else(|| Error::new(ErrorKind::UnknownSegment, format!("segment {name:?} is not on the metadata server")))?;
+                let body = store.get(&self.ram_key(name))?.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::UnknownSegment,
+                        format!("segment {name:?} is not on the metadata server"),
+                    )
+                })?;
                 SegmentDesc::decode(&body)?
             }
         };
@@ -394,28 +540,64 @@ impl Inner {
         } else if desc.protocol != "tcp" {
             Route::Unsupported(desc.protocol.clone())
         } else {
-            let data_host = if desc.tcp_data_host.is_empty() { host.clone() } else { desc.tcp_data_host.clone() };
-            let addr = PeerAddr { host: data_host, port: desc.tcp_data_port, v2: desc.tcp_proto_version >= 2 && self.cfg.tcp_proto >= 2 };
+            let data_host = if desc.tcp_data_host.is_empty() {
+                host.clone()
+            } else {
+                desc.tcp_data_host.clone()
+            };
+            let addr = PeerAddr {
+                host: data_host,
+                port: desc.tcp_data_port,
+                v2: desc.tcp_proto_version >= 2 && self.cfg.tcp_proto >= 2,
+            };
             if addr.port == 0 {
-                return fail(ErrorKind::Metadata, format!("segment {name:?} publishes no tcp_data_port"));
+                return fail(
+                    ErrorKind::Metadata,
+                    format!("segment {name:?} publishes no tcp_data_port"),
+                );
             }
-            Route::Tcp(self.client.peer(&addr).map_err(|e| Error::new(ErrorKind::Internal, format!("starting lanes: {e}")))?)
+            Route::Tcp(
+                self.client
+                    .peer(&addr)
+                    .map_err(|e| Error::new(ErrorKind::Internal, format!("starting lanes: {e}")))?,
+            )
         };
-        Ok(Segment { name: name.to_string(), rpc: (host, port), state: RwLock::new((Arc::new(desc), route)) })
+        Ok(Segment {
+            name: name.to_string(),
+            rpc: (host, port),
+            state: RwLock::new((Arc::new(desc), route)),
+        })
     }
 
     fn send_notify(&self, id: SegmentId, name: &str, msg: &str) -> Result<()> {
         if id == LOCAL_SEGMENT {
-            self.notifies.lock().unwrap_or_else(|e| e.into_inner()).push_back(Notification { name: name.into(), msg: msg.into() });
+            self.notifies
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(Notification {
+                    name: name.into(),
+                    msg: msg.into(),
+                });
             return Ok(());
         }
         let seg = self.segment(id)?;
         let body = serde_json::json!({"name": name, "notify_msg": msg}).to_string();
-        let reply = rpc::call(&seg.rpc.0, seg.rpc.1, MsgType::Notify, body.as_bytes(), self.cfg.connect_timeout, self.cfg.handshake_max_len)?;
-        let v: serde_json::Value = serde_json::from_slice(&reply).map_err(|e| Error::new(ErrorKind::Protocol, format!("notify reply: {e}")))?;
+        let reply = rpc::call(
+            &seg.rpc.0,
+            seg.rpc.1,
+            MsgType::Notify,
+            body.as_bytes(),
+            self.cfg.connect_timeout,
+            self.cfg.handshake_max_len,
+        )?;
+        let v: serde_json::Value = serde_json::from_slice(&reply)
+            .map_err(|e| Error::new(ErrorKind::Protocol, format!("notify reply: {e}")))?;
         match v.get("notify_msg").and_then(|m| m.as_str()) {
             Some(m) if !m.is_empty() => Ok(()),
-            _ => fail(ErrorKind::Metadata, format!("peer {} rejected the notification", seg.name)),
+            _ => fail(
+                ErrorKind::Metadata,
+                format!("peer {} rejected the notification", seg.name),
+            ),
         }
     }
 }

@@ -3,10 +3,10 @@
 //! rejects a coalesced request, its fragments are re-sent one by one so only the affected ones
 //! fail. Results are delivered exactly once per fragment, on the thread that waits (or frees).
 
+use super::Engine;
 use super::batch::Batch;
 use super::segments::SegmentId;
 use super::transfer::Request;
-use super::Engine;
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::Access;
 use crate::transport::Opcode;
@@ -103,44 +103,76 @@ impl Engine {
     /// unregistered local memory, unknown segment) do not fail the call: those fragments fail
     /// with their own error. `callback` (optional) is called exactly once per fragment, from the
     /// thread calling [`Engine::scatter_wait`] or [`Engine::scatter_free`].
-    pub fn submit_scatter(&self, ranges: &[ScatterRange<'_>], callback: Option<FragmentCallback>) -> Result<u64> {
+    pub fn submit_scatter(
+        &self,
+        ranges: &[ScatterRange<'_>],
+        callback: Option<FragmentCallback>,
+    ) -> Result<u64> {
         let total: usize = ranges.iter().map(|r| r.lengths.len()).sum();
         if total > u32::MAX as usize / 2 {
-            return fail(ErrorKind::InvalidArgument, format!("{total} fragments is too many"));
+            return fail(
+                ErrorKind::InvalidArgument,
+                format!("{total} fragments is too many"),
+            );
         }
-        let mut st = OpState { results: vec![None; total], known: 0, first_error: None, fresh: Vec::new(), groups: Vec::new(), callback };
+        let mut st = OpState {
+            results: vec![None; total],
+            known: 0,
+            first_error: None,
+            fresh: Vec::new(),
+            groups: Vec::new(),
+            callback,
+        };
         let mut reqs: Vec<Request> = Vec::new();
         let mut base = 0usize;
         let mut cache = None;
         for r in ranges {
             let n = r.lengths.len();
-            let range_error = if r.local_offsets.len() != n || r.remote_offsets.len() != n || r.local_base == 0 {
-                Some(ErrorKind::InvalidArgument)
-            } else {
-                self.inner.target_kind(r.segment, &mut cache).err()
-            };
+            let range_error =
+                if r.local_offsets.len() != n || r.remote_offsets.len() != n || r.local_base == 0 {
+                    Some(ErrorKind::InvalidArgument)
+                } else {
+                    self.inner.target_kind(r.segment, &mut cache).err()
+                };
             if let Some(k) = range_error {
                 (base..base + n).for_each(|f| st.set(f, Err(k)));
                 base += n;
                 continue;
             }
-            let whole_local_ok = self.inner.registry.check(r.local_base, r.local_capacity, Access::Local).is_ok();
+            let whole_local_ok = self
+                .inner
+                .registry
+                .check(r.local_base, r.local_capacity, Access::Local)
+                .is_ok();
             for i in 0..n {
                 let f = base + i;
-                let (lo, ro, len) = (r.local_offsets[i] as u64, r.remote_offsets[i] as u64, r.lengths[i] as u64);
+                let (lo, ro, len) = (
+                    r.local_offsets[i] as u64,
+                    r.remote_offsets[i] as u64,
+                    r.lengths[i] as u64,
+                );
                 if len == 0 {
                     st.set(f, Ok(()));
                     continue;
                 }
                 let in_bounds = lo.checked_add(len).is_some_and(|e| e <= r.local_capacity)
                     && ro.checked_add(len).is_some_and(|e| e <= r.remote_size)
-                    && r.remote_base.checked_add(ro).and_then(|a| a.checked_add(len)).is_some()
+                    && r.remote_base
+                        .checked_add(ro)
+                        .and_then(|a| a.checked_add(len))
+                        .is_some()
                     && r.local_base.checked_add(lo + len).is_some();
                 if !in_bounds {
                     st.set(f, Err(ErrorKind::InvalidArgument));
                     continue;
                 }
-                let req = Request { op: r.op, local: r.local_base + lo, segment: r.segment, remote: r.remote_base + ro, len };
+                let req = Request {
+                    op: r.op,
+                    local: r.local_base + lo,
+                    segment: r.segment,
+                    remote: r.remote_base + ro,
+                    len,
+                };
                 if !whole_local_ok {
                     if let Err(e) = self.inner.registry.check(req.local, len, Access::Local) {
                         st.set(f, Err(e.kind()));
@@ -151,9 +183,18 @@ impl Engine {
                 // on both sides.
                 if let (Some(g), Some(last)) = (st.groups.last_mut(), reqs.last_mut()) {
                     let prev_end = (g.first + g.count) as usize;
-                    if prev_end == f && i > 0 && last.local + last.len == req.local && last.remote + last.len == req.remote && last.segment == req.segment && last.op == req.op {
+                    if prev_end == f
+                        && i > 0
+                        && last.local + last.len == req.local
+                        && last.remote + last.len == req.remote
+                        && last.segment == req.segment
+                        && last.op == req.op
+                    {
                         if g.members.is_empty() {
-                            g.members.push(Request { len: last.len, ..*last });
+                            g.members.push(Request {
+                                len: last.len,
+                                ..*last
+                            });
                         }
                         g.members.push(req);
                         g.count += 1;
@@ -161,12 +202,22 @@ impl Engine {
                         continue;
                     }
                 }
-                st.groups.push(Group { first: f as u32, count: 1, members: Vec::new(), reported: false });
+                st.groups.push(Group {
+                    first: f as u32,
+                    count: 1,
+                    members: Vec::new(),
+                    reported: false,
+                });
                 reqs.push(req);
             }
             base += n;
         }
-        let split_room: usize = st.groups.iter().filter(|g| g.count > 1).map(|g| g.count as usize).sum();
+        let split_room: usize = st
+            .groups
+            .iter()
+            .filter(|g| g.count > 1)
+            .map(|g| g.count as usize)
+            .sum();
         let batch = Arc::new(Batch::new(reqs.len() + split_room));
         if !reqs.is_empty() {
             if let Err(e) = self.inner.submit_to(&batch, &reqs) {
@@ -177,11 +228,19 @@ impl Engine {
                 }
             }
         }
-        Ok(self.inner.scatters.insert(Arc::new(ScatterOp { batch, state: Mutex::new(st) })))
+        Ok(self.inner.scatters.insert(Arc::new(ScatterOp {
+            batch,
+            state: Mutex::new(st),
+        })))
     }
 
     fn scatter(&self, id: u64) -> Result<Arc<ScatterOp>> {
-        self.inner.scatters.get(id).ok_or_else(|| Error::new(ErrorKind::InvalidId, format!("scatter id {id:#x} is unknown or freed")))
+        self.inner.scatters.get(id).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidId,
+                format!("scatter id {id:#x} is unknown or freed"),
+            )
+        })
     }
 
     /// Number of fragments in a scatter operation.
@@ -195,7 +254,12 @@ impl Engine {
     /// fragments that finished. Then `report` (optional) sees every fragment whose result is
     /// known. Returns `Ok` when all fragments succeeded, the lowest-indexed fragment's error when
     /// some failed, or `Timeout` (nothing is cancelled; wait again).
-    pub fn scatter_wait(&self, id: u64, timeout: Option<Duration>, report: Option<&mut dyn FnMut(usize, FragmentResult)>) -> Result<()> {
+    pub fn scatter_wait(
+        &self,
+        id: u64,
+        timeout: Option<Duration>,
+        report: Option<&mut dyn FnMut(usize, FragmentResult)>,
+    ) -> Result<()> {
         let op = self.scatter(id)?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let done = self.drive(&op, deadline);
@@ -208,7 +272,14 @@ impl Engine {
             }
         }
         if !done {
-            return fail(ErrorKind::Timeout, format!("scatter {id:#x}: {} of {} fragments done", st.known, ScatterOp::total(&st)));
+            return fail(
+                ErrorKind::Timeout,
+                format!(
+                    "scatter {id:#x}: {} of {} fragments done",
+                    st.known,
+                    ScatterOp::total(&st)
+                ),
+            );
         }
         match st.first_error {
             None => Ok(()),
@@ -222,7 +293,10 @@ impl Engine {
         self.drive(&op, None);
         match self.inner.scatters.remove_if(id, |_| true) {
             Ok(_) => Ok(()),
-            Err(_) => fail(ErrorKind::InvalidId, format!("scatter id {id:#x} was freed concurrently")),
+            Err(_) => fail(
+                ErrorKind::InvalidId,
+                format!("scatter id {id:#x} was freed concurrently"),
+            ),
         }
     }
 
@@ -245,8 +319,11 @@ impl Engine {
                         let members = std::mem::take(&mut st.groups[t].members);
                         splits.push((first, members));
                     }
-                    (super::TaskState::Failed, e) => (first..first + count).for_each(|f| st.set(f, Err(e.unwrap_or(ErrorKind::Internal)))),
-                    (super::TaskState::Completed, _) => (first..first + count).for_each(|f| st.set(f, Ok(()))),
+                    (super::TaskState::Failed, e) => (first..first + count)
+                        .for_each(|f| st.set(f, Err(e.unwrap_or(ErrorKind::Internal)))),
+                    (super::TaskState::Completed, _) => {
+                        (first..first + count).for_each(|f| st.set(f, Ok(())))
+                    }
                 }
                 st.groups[t].reported = true;
             }
@@ -255,7 +332,12 @@ impl Engine {
                 match self.inner.submit_to(&op.batch, &members) {
                     Ok(_) => {
                         for (k, _) in members.iter().enumerate() {
-                            st.groups.push(Group { first: (first + k) as u32, count: 1, members: Vec::new(), reported: false });
+                            st.groups.push(Group {
+                                first: (first + k) as u32,
+                                count: 1,
+                                members: Vec::new(),
+                                reported: false,
+                            });
                         }
                     }
                     Err(e) => (first..first + members.len()).for_each(|f| st.set(f, Err(e.kind()))),

@@ -35,12 +35,20 @@ pub struct Segment {
 impl Segment {
     /// Current route.
     pub fn route(&self) -> Route {
-        self.state.read().unwrap_or_else(|e| e.into_inner()).1.clone()
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
     }
 
     /// Current descriptor.
     pub fn desc(&self) -> Arc<SegmentDesc> {
-        self.state.read().unwrap_or_else(|e| e.into_inner()).0.clone()
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
     }
 }
 

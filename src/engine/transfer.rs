@@ -1,7 +1,7 @@
 //! Batches of READ/WRITE requests: allocate, submit (validated all-or-nothing), poll, wait, free.
 
 use super::batch::{Batch, PendingNotify, SliceDone, TaskState, TaskStatus};
-use super::segments::{Route, Segment, SegmentId, LOCAL_SEGMENT};
+use super::segments::{LOCAL_SEGMENT, Route, Segment, SegmentId};
 use super::{Engine, Inner};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::Access;
@@ -31,13 +31,21 @@ impl Engine {
     /// Allocates a batch that can hold `capacity` requests over all its submits.
     pub fn alloc_batch(&self, capacity: usize) -> Result<u64> {
         if capacity > MAX_BATCH_CAPACITY {
-            return fail(ErrorKind::InvalidArgument, format!("batch capacity {capacity} exceeds {MAX_BATCH_CAPACITY}"));
+            return fail(
+                ErrorKind::InvalidArgument,
+                format!("batch capacity {capacity} exceeds {MAX_BATCH_CAPACITY}"),
+            );
         }
         Ok(self.inner.batches.insert(Arc::new(Batch::new(capacity))))
     }
 
     fn batch(&self, id: u64) -> Result<Arc<Batch>> {
-        self.inner.batches.get(id).ok_or_else(|| Error::new(ErrorKind::InvalidId, format!("batch id {id:#x} is unknown or freed")))
+        self.inner.batches.get(id).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidId,
+                format!("batch id {id:#x} is unknown or freed"),
+            )
+        })
     }
 
     /// Submits requests to a batch. Every request is validated before any is started: too many
@@ -50,11 +58,23 @@ impl Engine {
 
     /// Like [`Engine::submit`], and sends `name`/`msg` to the first request's segment once a
     /// status query or wait observes the whole batch completed (Mooncake's notify semantics).
-    pub fn submit_with_notify(&self, batch_id: u64, reqs: &[Request], name: &str, msg: &str) -> Result<()> {
-        let first = reqs.first().ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "no requests"))?;
+    pub fn submit_with_notify(
+        &self,
+        batch_id: u64,
+        reqs: &[Request],
+        name: &str,
+        msg: &str,
+    ) -> Result<()> {
+        let first = reqs
+            .first()
+            .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "no requests"))?;
         let batch = self.batch(batch_id)?;
         self.inner.submit_to(&batch, reqs)?;
-        *batch.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(PendingNotify { segment: first.segment, name: name.into(), msg: msg.into() });
+        *batch.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(PendingNotify {
+            segment: first.segment,
+            name: name.into(),
+            msg: msg.into(),
+        });
         self.flush_notify(&batch);
         Ok(())
     }
@@ -63,7 +83,10 @@ impl Engine {
     pub fn task_status(&self, batch_id: u64, task: usize) -> Result<TaskStatus> {
         let batch = self.batch(batch_id)?;
         if task >= batch.len() {
-            return fail(ErrorKind::InvalidArgument, format!("task {task} out of range (batch holds {})", batch.len()));
+            return fail(
+                ErrorKind::InvalidArgument,
+                format!("task {task} out of range (batch holds {})", batch.len()),
+            );
         }
         let st = batch.status(task);
         if st.state == TaskState::Completed {
@@ -84,7 +107,10 @@ impl Engine {
         let batch = self.batch(batch_id)?;
         let deadline = timeout.map(|t| Instant::now() + t);
         if !batch.wait_idle(deadline) {
-            return fail(ErrorKind::Timeout, format!("batch {batch_id:#x} still has work in flight"));
+            return fail(
+                ErrorKind::Timeout,
+                format!("batch {batch_id:#x} still has work in flight"),
+            );
         }
         batch.outcome()?;
         self.flush_notify(&batch);
@@ -95,8 +121,14 @@ impl Engine {
     pub fn free_batch(&self, batch_id: u64) -> Result<()> {
         match self.inner.batches.remove_if(batch_id, |b| b.is_idle()) {
             Ok(_) => Ok(()),
-            Err(Some(_)) => fail(ErrorKind::Busy, format!("batch {batch_id:#x} still has work in flight")),
-            Err(None) => fail(ErrorKind::InvalidId, format!("batch id {batch_id:#x} is unknown or already freed")),
+            Err(Some(_)) => fail(
+                ErrorKind::Busy,
+                format!("batch {batch_id:#x} still has work in flight"),
+            ),
+            Err(None) => fail(
+                ErrorKind::InvalidId,
+                format!("batch id {batch_id:#x} is unknown or already freed"),
+            ),
         }
     }
 
@@ -104,10 +136,18 @@ impl Engine {
         if !batch.is_idle() || batch.first_failure().is_some() {
             return;
         }
-        let pending = batch.notify.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let pending = batch
+            .notify
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(n) = pending {
             if let Err(e) = self.inner.send_notify(n.segment, &n.name, &n.msg) {
-                crate::tw_log!(crate::log::Level::Warn, "sending notification {:?}: {e}", n.name);
+                crate::tw_log!(
+                    crate::log::Level::Warn,
+                    "sending notification {:?}: {e}",
+                    n.name
+                );
             }
         }
     }
@@ -120,7 +160,11 @@ enum Target {
 }
 
 impl Inner {
-    fn target(&self, id: SegmentId, cache: &mut Option<(SegmentId, Arc<Segment>)>) -> Result<Target> {
+    fn target(
+        &self,
+        id: SegmentId,
+        cache: &mut Option<(SegmentId, Arc<Segment>)>,
+    ) -> Result<Target> {
         if id == LOCAL_SEGMENT {
             return Ok(Target::Local);
         }
@@ -135,12 +179,22 @@ impl Inner {
         match seg.route() {
             Route::Local => Ok(Target::Local),
             Route::Tcp(p) => Ok(Target::Tcp(p)),
-            Route::Unsupported(p) => fail(ErrorKind::Unsupported, format!("segment {} speaks {p:?}, which this engine does not", seg.name)),
+            Route::Unsupported(p) => fail(
+                ErrorKind::Unsupported,
+                format!(
+                    "segment {} speaks {p:?}, which this engine does not",
+                    seg.name
+                ),
+            ),
         }
     }
 
     /// Checks that segment `id` can be reached, for scatter validation.
-    pub(crate) fn target_kind(&self, id: SegmentId, cache: &mut Option<(SegmentId, Arc<Segment>)>) -> std::result::Result<(), ErrorKind> {
+    pub(crate) fn target_kind(
+        &self,
+        id: SegmentId,
+        cache: &mut Option<(SegmentId, Arc<Segment>)>,
+    ) -> std::result::Result<(), ErrorKind> {
         self.target(id, cache).map(|_| ()).map_err(|e| e.kind())
     }
 
@@ -155,22 +209,39 @@ impl Inner {
         if reqs.len() > batch.capacity() - start {
             return fail(
                 ErrorKind::TooManyRequests,
-                format!("{} requests do not fit: batch holds {start} of {}", reqs.len(), batch.capacity()),
+                format!(
+                    "{} requests do not fit: batch holds {start} of {}",
+                    reqs.len(),
+                    batch.capacity()
+                ),
             );
         }
         let mut cache = None;
         let mut targets = Vec::with_capacity(reqs.len());
         for (i, r) in reqs.iter().enumerate() {
-            let t = self.target(r.segment, &mut cache).map_err(|e| Error::new(e.kind(), format!("request {i}: {}", e.message())))?;
+            let t = self
+                .target(r.segment, &mut cache)
+                .map_err(|e| Error::new(e.kind(), format!("request {i}: {}", e.message())))?;
             if r.len > 0 {
                 self.registry
                     .check(r.local, r.len, Access::Local)
-                    .map_err(|e| Error::new(e.kind(), format!("request {i}: local {}", e.message())))?;
+                    .map_err(|e| {
+                        Error::new(e.kind(), format!("request {i}: local {}", e.message()))
+                    })?;
                 if r.len.div_ceil(self.cfg.slice_size.max(1)) > u32::MAX as u64 {
-                    return fail(ErrorKind::InvalidArgument, format!("request {i}: length {} is too large", r.len));
+                    return fail(
+                        ErrorKind::InvalidArgument,
+                        format!("request {i}: length {} is too large", r.len),
+                    );
                 }
                 if r.remote.checked_add(r.len).is_none() || r.remote == 0 {
-                    return fail(ErrorKind::InvalidArgument, format!("request {i}: remote range {:#x}+{} is NULL or overflows", r.remote, r.len));
+                    return fail(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "request {i}: remote range {:#x}+{} is NULL or overflows",
+                            r.remote, r.len
+                        ),
+                    );
                 }
             }
             targets.push(t);
@@ -188,10 +259,13 @@ impl Inner {
                     let mut off = 0;
                     while off < r.len {
                         let n = slice.min(r.len - off);
-                        let res = local::copy(&self.registry, r.op, r.local + off, r.remote + off, n).map(|_| n).map_err(|e| {
-                            crate::tw_log!(crate::log::Level::Warn, "local transfer: {e}");
-                            e.kind()
-                        });
+                        let res =
+                            local::copy(&self.registry, r.op, r.local + off, r.remote + off, n)
+                                .map(|_| n)
+                                .map_err(|e| {
+                                    crate::tw_log!(crate::log::Level::Warn, "local transfer: {e}");
+                                    e.kind()
+                                });
                         batch.slice_finished(task, res);
                         off += n;
                     }
@@ -200,7 +274,14 @@ impl Inner {
                     let mut off = 0;
                     while off < r.len {
                         let n = slice.min(r.len - off);
-                        peer.submit(Slice { op: r.op, local: r.local + off, remote: r.remote + off, len: n, retries: 0, done: SliceDone::new(batch.clone(), task) });
+                        peer.submit(Slice {
+                            op: r.op,
+                            local: r.local + off,
+                            remote: r.remote + off,
+                            len: n,
+                            retries: 0,
+                            done: SliceDone::new(batch.clone(), task),
+                        });
                         off += n;
                     }
                 }

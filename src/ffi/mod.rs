@@ -3,6 +3,7 @@
 //! functions of Mooncake's `transfer_engine_c.h`.
 #![allow(non_camel_case_types)]
 
+pub mod mooncake;
 pub mod native;
 pub mod status;
 
@@ -28,24 +29,37 @@ pub(crate) use ffi_boundary;
 /// `p` is NULL or a valid NUL-terminated string that outlives the returned borrow.
 pub(crate) unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> crate::Result<&'a str> {
     if p.is_null() {
-        return Err(crate::Error::new(crate::ErrorKind::NullArgument, format!("{what} is NULL")));
+        return Err(crate::Error::new(
+            crate::ErrorKind::NullArgument,
+            format!("{what} is NULL"),
+        ));
     }
     // SAFETY: non-NULL and NUL-terminated per the caller's contract.
-    unsafe { CStr::from_ptr(p) }
-        .to_str()
-        .map_err(|_| crate::Error::new(crate::ErrorKind::InvalidArgument, format!("{what} is not valid UTF-8")))
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| {
+        crate::Error::new(
+            crate::ErrorKind::InvalidArgument,
+            format!("{what} is not valid UTF-8"),
+        )
+    })
 }
 
 /// Borrows `count` elements at `p`: NULL is allowed only for `count == 0`.
 ///
 /// # Safety
 /// `p` is NULL or points at `count` initialised elements that outlive the borrow.
-pub(crate) unsafe fn slice_arg<'a, T>(p: *const T, count: usize, what: &str) -> crate::Result<&'a [T]> {
+pub(crate) unsafe fn slice_arg<'a, T>(
+    p: *const T,
+    count: usize,
+    what: &str,
+) -> crate::Result<&'a [T]> {
     if count == 0 {
         return Ok(&[]);
     }
     if p.is_null() {
-        return Err(crate::Error::new(crate::ErrorKind::NullArgument, format!("{what} is NULL with count {count}")));
+        return Err(crate::Error::new(
+            crate::ErrorKind::NullArgument,
+            format!("{what} is NULL with count {count}"),
+        ));
     }
     // SAFETY: non-NULL, `count` elements per the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts(p, count) })

@@ -6,7 +6,9 @@
 //! thread's last failure. Every engine function takes `const tw_engine *` and may be called from
 //! any thread at the same time. Strings passed in are copied; none is retained after the call.
 
-use super::status::{self, TW_ERR_BUFFER_TOO_SMALL, TW_ERR_NULL_ARGUMENT, TW_ERR_PANIC, TW_OK, tw_result};
+use super::status::{
+    self, TW_ERR_BUFFER_TOO_SMALL, TW_ERR_NULL_ARGUMENT, TW_ERR_PANIC, TW_OK, tw_result,
+};
 use super::{ffi_boundary, slice_arg, str_arg, write_c_string};
 use crate::engine::{Config, Engine, Request, ScatterRange};
 use crate::error::{Error, ErrorKind};
@@ -108,7 +110,8 @@ pub struct tw_scatter_range {
 
 /// Called exactly once per scatter fragment, on the thread in `tw_scatter_wait` or
 /// `tw_scatter_free`, with the fragment's index (ranges flattened in order) and its result.
-pub type tw_fragment_callback = Option<extern "C" fn(user_data: *mut c_void, fragment: usize, result: tw_result)>;
+pub type tw_fragment_callback =
+    Option<extern "C" fn(user_data: *mut c_void, fragment: usize, result: tw_result)>;
 
 /// A received notification; strings are owned by the array from `tw_notify_take`.
 #[repr(C)]
@@ -141,7 +144,9 @@ fn null(what: &str) -> Error {
 fn engine<'a>(p: *const tw_engine) -> crate::Result<&'a Engine> {
     // SAFETY: non-NULL handles come from `tw_engine_new` and stay valid until `tw_engine_free`,
     // which the caller must not race with other calls on the same handle.
-    unsafe { p.as_ref() }.map(|h| &h.engine).ok_or_else(|| null("engine"))
+    unsafe { p.as_ref() }
+        .map(|h| &h.engine)
+        .ok_or_else(|| null("engine"))
 }
 
 fn out<'a, T>(p: *mut T, what: &str) -> crate::Result<&'a mut T> {
@@ -150,7 +155,26 @@ fn out<'a, T>(p: *mut T, what: &str) -> crate::Result<&'a mut T> {
 }
 
 fn opcode(v: i32) -> crate::Result<Opcode> {
-    Opcode::from_i32(v).ok_or_else(|| Error::new(ErrorKind::InvalidArgument, format!("opcode {v} is neither READ (0) nor WRITE (1)")))
+    Opcode::from_i32(v).ok_or_else(|| {
+        Error::new(
+            ErrorKind::InvalidArgument,
+            format!("opcode {v} is neither READ (0) nor WRITE (1)"),
+        )
+    })
+}
+
+fn requests_from_c(reqs: &[tw_transfer_request]) -> crate::Result<Vec<Request>> {
+    reqs.iter()
+        .map(|r| {
+            Ok(Request {
+                op: opcode(r.opcode)?,
+                local: r.local_addr as u64,
+                segment: r.segment,
+                remote: r.remote_addr,
+                len: r.length,
+            })
+        })
+        .collect()
 }
 
 fn timeout(ms: i64) -> Option<Duration> {
@@ -170,7 +194,9 @@ pub extern "C" fn tw_version() -> *const c_char {
 pub extern "C" fn tw_config_new(cfg_out: *mut *mut tw_config) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let slot = check!(out(cfg_out, "cfg_out"));
-        *slot = Box::into_raw(Box::new(tw_config { cfg: Config::default() }));
+        *slot = Box::into_raw(Box::new(tw_config {
+            cfg: Config::default(),
+        }));
         TW_OK
     })
 }
@@ -180,11 +206,18 @@ pub extern "C" fn tw_config_new(cfg_out: *mut *mut tw_config) -> tw_result {
 /// `handshake_max_len`. Unknown keys and bad values give `TW_ERR_INVALID_ARGUMENT` (or
 /// `TW_ERR_UNSUPPORTED` for an unsupported metadata scheme). Not thread-safe for one `cfg`.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_config_set(cfg: *mut tw_config, key: *const c_char, value: *const c_char) -> tw_result {
+pub extern "C" fn tw_config_set(
+    cfg: *mut tw_config,
+    key: *const c_char,
+    value: *const c_char,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let c = check!(out(cfg, "cfg"));
         // SAFETY: C strings per the API contract (NULL is checked).
-        let (k, v) = check!(unsafe { str_arg(key, "key") }.and_then(|k| Ok((k, unsafe { str_arg(value, "value") }?))));
+        let (k, v) = check!(
+            unsafe { str_arg(key, "key") }
+                .and_then(|k| Ok((k, unsafe { str_arg(value, "value") }?)))
+        );
         check!(c.cfg.set(k, v));
         TW_OK
     })
@@ -204,11 +237,16 @@ pub extern "C" fn tw_config_free(cfg: *mut tw_config) {
 /// Starts an engine from `cfg` (NULL = defaults); `cfg` is not consumed. Binds the RPC and data
 /// listeners and starts the engine's threads. Writes the handle to `*engine_out`.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_engine_new(cfg: *const tw_config, engine_out: *mut *mut tw_engine) -> tw_result {
+pub extern "C" fn tw_engine_new(
+    cfg: *const tw_config,
+    engine_out: *mut *mut tw_engine,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let slot = check!(out(engine_out, "engine_out"));
         // SAFETY: NULL or a live handle from `tw_config_new`.
-        let cfg = unsafe { cfg.as_ref() }.map(|c| c.cfg.clone()).unwrap_or_default();
+        let cfg = unsafe { cfg.as_ref() }
+            .map(|c| c.cfg.clone())
+            .unwrap_or_default();
         let engine = check!(Engine::new(cfg));
         *slot = Box::into_raw(Box::new(tw_engine { engine }));
         TW_OK
@@ -231,7 +269,11 @@ pub extern "C" fn tw_engine_free(engine: *mut tw_engine) {
 /// Copies the engine's segment name (`host:rpc_port` in P2P mode, what peers pass to
 /// `tw_segment_open`) into `buf[..len]`, NUL-terminated. `TW_ERR_BUFFER_TOO_SMALL` writes nothing.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_engine_segment_name(engine: *const tw_engine, buf: *mut c_char, len: usize) -> tw_result {
+pub extern "C" fn tw_engine_segment_name(
+    engine: *const tw_engine,
+    buf: *mut c_char,
+    len: usize,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         if buf.is_null() {
@@ -263,14 +305,24 @@ pub extern "C" fn tw_engine_rpc_port(engine: *const tw_engine, port_out: *mut u1
 /// as many times); a partial overlap is `TW_ERR_ADDRESS_OVERLAPPED`. The memory must stay valid
 /// until unregistered.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_memory_register(engine: *const tw_engine, addr: *mut c_void, length: usize, location: *const c_char, remote_accessible: bool) -> tw_result {
+pub extern "C" fn tw_memory_register(
+    engine: *const tw_engine,
+    addr: *mut c_void,
+    length: usize,
+    location: *const c_char,
+    remote_accessible: bool,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         if addr.is_null() {
             return status::fail(&null("addr"));
         }
         // SAFETY: NULL or a C string.
-        let loc = if location.is_null() { "*" } else { check!(unsafe { str_arg(location, "location") }) };
+        let loc = if location.is_null() {
+            "*"
+        } else {
+            check!(unsafe { str_arg(location, "location") })
+        };
         check!(e.register_memory(addr as u64, length as u64, loc, remote_accessible));
         TW_OK
     })
@@ -291,14 +343,26 @@ pub extern "C" fn tw_memory_unregister(engine: *const tw_engine, addr: *mut c_vo
 
 /// Registers `count` buffers, all or none, remote-accessible, at `location` (NULL = `"*"`).
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_memory_register_batch(engine: *const tw_engine, buffers: *const tw_buffer, count: usize, location: *const c_char) -> tw_result {
+pub extern "C" fn tw_memory_register_batch(
+    engine: *const tw_engine,
+    buffers: *const tw_buffer,
+    count: usize,
+    location: *const c_char,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         // SAFETY: `count` elements per the API contract.
         let bufs = check!(unsafe { slice_arg(buffers, count, "buffers") });
         // SAFETY: NULL or a C string.
-        let loc = if location.is_null() { "*" } else { check!(unsafe { str_arg(location, "location") }) };
-        let ranges: Vec<(u64, u64)> = bufs.iter().map(|b| (b.addr as u64, b.length as u64)).collect();
+        let loc = if location.is_null() {
+            "*"
+        } else {
+            check!(unsafe { str_arg(location, "location") })
+        };
+        let ranges: Vec<(u64, u64)> = bufs
+            .iter()
+            .map(|b| (b.addr as u64, b.length as u64))
+            .collect();
         check!(e.register_memory_batch(&ranges, loc));
         TW_OK
     })
@@ -306,7 +370,11 @@ pub extern "C" fn tw_memory_register_batch(engine: *const tw_engine, buffers: *c
 
 /// Unregisters `count` base addresses; tries all and returns the first error.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_memory_unregister_batch(engine: *const tw_engine, addrs: *const *mut c_void, count: usize) -> tw_result {
+pub extern "C" fn tw_memory_unregister_batch(
+    engine: *const tw_engine,
+    addrs: *const *mut c_void,
+    count: usize,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         // SAFETY: `count` elements per the API contract.
@@ -321,7 +389,11 @@ pub extern "C" fn tw_memory_unregister_batch(engine: *const tw_engine, addrs: *c
 /// `TW_LOCAL_SEGMENT`), fetching its descriptor within the connect timeout, and writes its id
 /// (≥ 1 for peers) to `*segment_out`. Opening a name again returns the cached id.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_segment_open(engine: *const tw_engine, name: *const c_char, segment_out: *mut i32) -> tw_result {
+pub extern "C" fn tw_segment_open(
+    engine: *const tw_engine,
+    name: *const c_char,
+    segment_out: *mut i32,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         // SAFETY: C string per the API contract.
@@ -353,7 +425,11 @@ pub extern "C" fn tw_segment_refresh(engine: *const tw_engine, segment: i32) -> 
 /// Allocates a batch holding up to `capacity` requests over all its submits; writes its id to
 /// `*batch_out`. Ids are validated on every use; a freed id gives `TW_ERR_INVALID_ID`.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_batch_alloc(engine: *const tw_engine, capacity: usize, batch_out: *mut u64) -> tw_result {
+pub extern "C" fn tw_batch_alloc(
+    engine: *const tw_engine,
+    capacity: usize,
+    batch_out: *mut u64,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         let slot = check!(out(batch_out, "batch_out"));
@@ -366,15 +442,17 @@ pub extern "C" fn tw_batch_alloc(engine: *const tw_engine, capacity: usize, batc
 /// validated first (capacity, opcode, open segment, registered local range); on error none is
 /// started. Returns without waiting for the transfers.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_batch_submit(engine: *const tw_engine, batch: u64, requests: *const tw_transfer_request, count: usize) -> tw_result {
+pub extern "C" fn tw_batch_submit(
+    engine: *const tw_engine,
+    batch: u64,
+    requests: *const tw_transfer_request,
+    count: usize,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         // SAFETY: `count` elements per the API contract.
         let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
-        let mut v = Vec::with_capacity(reqs.len());
-        for r in reqs {
-            v.push(Request { op: check!(opcode(r.opcode)), local: r.local_addr as u64, segment: r.segment, remote: r.remote_addr, len: r.length });
-        }
+        let v = check!(requests_from_c(reqs));
         check!(e.submit(batch, &v));
         TW_OK
     })
@@ -382,12 +460,21 @@ pub extern "C" fn tw_batch_submit(engine: *const tw_engine, batch: u64, requests
 
 /// Writes the status of task `task` of a batch to `*status_out`. Cheap (atomics only).
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_batch_status(engine: *const tw_engine, batch: u64, task: usize, status_out: *mut tw_transfer_status) -> tw_result {
+pub extern "C" fn tw_batch_status(
+    engine: *const tw_engine,
+    batch: u64,
+    task: usize,
+    status_out: *mut tw_transfer_status,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         let slot = check!(out(status_out, "status_out"));
         let s = check!(e.task_status(batch, task));
-        *slot = tw_transfer_status { state: s.state as i32, result: s.error.map_or(TW_OK, status::code_of), transferred_bytes: s.transferred };
+        *slot = tw_transfer_status {
+            state: s.state as i32,
+            result: s.error.map_or(TW_OK, status::code_of),
+            transferred_bytes: s.transferred,
+        };
         TW_OK
     })
 }
@@ -396,7 +483,11 @@ pub extern "C" fn tw_batch_status(engine: *const tw_engine, batch: u64, task: us
 /// (negative = no limit). `TW_OK` when all completed; the first failed task's error otherwise;
 /// `TW_ERR_TIMEOUT` if time ran out (nothing is cancelled).
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_batch_wait(engine: *const tw_engine, batch: u64, timeout_ms: i64) -> tw_result {
+pub extern "C" fn tw_batch_wait(
+    engine: *const tw_engine,
+    batch: u64,
+    timeout_ms: i64,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         check!(check!(self::engine(engine)).wait_batch(batch, timeout(timeout_ms)));
         TW_OK
@@ -434,7 +525,14 @@ unsafe impl Send for CallbackCtx {}
 /// request. The offset arrays are read during this call only; the local memory must stay valid
 /// until the operation is freed.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_scatter_submit(engine: *const tw_engine, ranges: *const tw_scatter_range, count: usize, callback: tw_fragment_callback, user_data: *mut c_void, op_out: *mut u64) -> tw_result {
+pub extern "C" fn tw_scatter_submit(
+    engine: *const tw_engine,
+    ranges: *const tw_scatter_range,
+    count: usize,
+    callback: tw_fragment_callback,
+    user_data: *mut c_void,
+    op_out: *mut u64,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         let slot = check!(out(op_out, "op_out"));
@@ -445,11 +543,20 @@ pub extern "C" fn tw_scatter_submit(engine: *const tw_engine, ranges: *const tw_
             let n = r.fragment_count;
             // SAFETY: each array holds `fragment_count` elements per the API contract.
             let arrays = unsafe {
-                (slice_arg(r.local_offsets, n, "local_offsets"), slice_arg(r.remote_offsets, n, "remote_offsets"), slice_arg(r.lengths, n, "lengths"))
+                (
+                    slice_arg(r.local_offsets, n, "local_offsets"),
+                    slice_arg(r.remote_offsets, n, "remote_offsets"),
+                    slice_arg(r.lengths, n, "lengths"),
+                )
             };
             let (lo, ro, len) = match arrays {
                 (Ok(a), Ok(b), Ok(c)) => (a, b, c),
-                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return status::fail(&Error::new(e.kind(), format!("range {i}: {}", e.message()))),
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                    return status::fail(&Error::new(
+                        e.kind(),
+                        format!("range {i}: {}", e.message()),
+                    ));
+                }
             };
             v.push(ScatterRange {
                 op: check!(opcode(r.opcode)),
@@ -481,19 +588,32 @@ pub extern "C" fn tw_scatter_submit(engine: *const tw_engine, ranges: *const tw_
 /// lowest-indexed failed fragment's error, or `TW_ERR_TIMEOUT` (the operation continues; wait
 /// again). One thread at a time may wait on an operation; never from inside its callback.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_scatter_wait(engine: *const tw_engine, op: u64, timeout_ms: i64, results: *mut tw_result, results_len: usize) -> tw_result {
+pub extern "C" fn tw_scatter_wait(
+    engine: *const tw_engine,
+    op: u64,
+    timeout_ms: i64,
+    results: *mut tw_result,
+    results_len: usize,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         let total = check!(e.scatter_len(op));
         if !results.is_null() && results_len < total {
-            status::set_last_error(format!("results holds {results_len} entries, the operation has {total} fragments"));
+            status::set_last_error(format!(
+                "results holds {results_len} entries, the operation has {total} fragments"
+            ));
             return TW_ERR_BUFFER_TOO_SMALL;
         }
         let mut write = |i: usize, r: crate::engine::FragmentResult| {
             // SAFETY: `results` holds at least `total` > i entries (checked above).
             unsafe { *results.add(i) = r.map_or_else(status::code_of, |_| TW_OK) };
         };
-        let report: Option<&mut dyn FnMut(usize, crate::engine::FragmentResult)> = if results.is_null() { None } else { Some(&mut write) };
+        let report: Option<&mut dyn FnMut(usize, crate::engine::FragmentResult)> =
+            if results.is_null() {
+                None
+            } else {
+                Some(&mut write)
+            };
         check!(e.scatter_wait(op, timeout(timeout_ms), report));
         TW_OK
     })
@@ -512,11 +632,18 @@ pub extern "C" fn tw_scatter_free(engine: *const tw_engine, op: u64) -> tw_resul
 /// Sends a notification (`name`, `msg`) to the owner of `segment` over its RPC port (Mooncake
 /// compatible). Blocks for one round trip.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_notify_send(engine: *const tw_engine, segment: i32, name: *const c_char, msg: *const c_char) -> tw_result {
+pub extern "C" fn tw_notify_send(
+    engine: *const tw_engine,
+    segment: i32,
+    name: *const c_char,
+    msg: *const c_char,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         // SAFETY: C strings per the API contract.
-        let (n, m) = check!(unsafe { str_arg(name, "name") }.and_then(|n| Ok((n, unsafe { str_arg(msg, "msg") }?))));
+        let (n, m) = check!(
+            unsafe { str_arg(name, "name") }.and_then(|n| Ok((n, unsafe { str_arg(msg, "msg") }?)))
+        );
         check!(e.send_notify(segment, n, m));
         TW_OK
     })
@@ -526,7 +653,11 @@ pub extern "C" fn tw_notify_send(engine: *const tw_engine, segment: i32, name: *
 /// its length to `*count_out` (NULL and 0 when there is none). Free the array with
 /// `tw_notifications_free`.
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_notify_take(engine: *const tw_engine, list_out: *mut *mut tw_notification, count_out: *mut usize) -> tw_result {
+pub extern "C" fn tw_notify_take(
+    engine: *const tw_engine,
+    list_out: *mut *mut tw_notification,
+    count_out: *mut usize,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         let e = check!(self::engine(engine));
         if list_out.is_null() || count_out.is_null() {
@@ -536,10 +667,17 @@ pub extern "C" fn tw_notify_take(engine: *const tw_engine, list_out: *mut *mut t
         let list: Vec<tw_notification> = e
             .take_notifications()
             .into_iter()
-            .map(|n| tw_notification { name: to_c(n.name), msg: to_c(n.msg) })
+            .map(|n| tw_notification {
+                name: to_c(n.name),
+                msg: to_c(n.msg),
+            })
             .collect();
         let count = list.len();
-        let ptr = if count == 0 { std::ptr::null_mut() } else { Box::into_raw(list.into_boxed_slice()).cast::<tw_notification>() };
+        let ptr = if count == 0 {
+            std::ptr::null_mut()
+        } else {
+            Box::into_raw(list.into_boxed_slice()).cast::<tw_notification>()
+        };
         // SAFETY: both checked non-NULL above; the caller passes writable pointers.
         unsafe {
             *list_out = ptr;
@@ -550,7 +688,9 @@ pub extern "C" fn tw_notify_take(engine: *const tw_engine, list_out: *mut *mut t
 }
 
 fn to_c(s: String) -> *mut c_char {
-    CString::new(s.replace('\0', "")).expect("NULs removed").into_raw()
+    CString::new(s.replace('\0', ""))
+        .expect("NULs removed")
+        .into_raw()
 }
 
 /// Frees an array from `tw_notify_take`. NULL is ignored.
@@ -569,5 +709,72 @@ pub extern "C" fn tw_notifications_free(list: *mut tw_notification, count: usize
                 drop(CString::from_raw(n.msg));
             }
         }
+    })
+}
+
+/// Copies the cached descriptor of an open segment (`TW_LOCAL_SEGMENT` = this engine) as
+/// Mooncake-compatible JSON into `buf[..len]`, NUL-terminated, and writes the size needed
+/// (including the NUL) to `*needed_out` (may be NULL). `TW_ERR_BUFFER_TOO_SMALL` writes only
+/// `*needed_out`, so a caller can retry with a larger buffer.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_segment_descriptor(
+    engine: *const tw_engine,
+    segment: i32,
+    buf: *mut c_char,
+    len: usize,
+    needed_out: *mut usize,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        let e = check!(self::engine(engine));
+        let json = check!(e.segment_descriptor(segment)).encode();
+        // SAFETY: NULL or a writable size_t per the API contract.
+        if let Some(n) = unsafe { needed_out.as_mut() } {
+            *n = json.len() + 1;
+        }
+        // SAFETY: `buf` is writable for `len` bytes per the API contract.
+        if unsafe { write_c_string(&json, buf, len) } {
+            TW_OK
+        } else {
+            status::set_last_error(format!("descriptor needs {} bytes", json.len() + 1));
+            TW_ERR_BUFFER_TOO_SMALL
+        }
+    })
+}
+
+/// Like `tw_batch_submit`, and sends the notification (`name`, `msg`) to the first request's
+/// segment once a status query or wait observes the whole batch completed (Mooncake's
+/// `submitTransferWithNotify`). A batch that fails never sends it.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_batch_submit_with_notify(
+    engine: *const tw_engine,
+    batch: u64,
+    requests: *const tw_transfer_request,
+    count: usize,
+    name: *const c_char,
+    msg: *const c_char,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        let e = check!(self::engine(engine));
+        // SAFETY: C strings per the API contract.
+        let (n, m) = check!(
+            unsafe { str_arg(name, "name") }.and_then(|n| Ok((n, unsafe { str_arg(msg, "msg") }?)))
+        );
+        // SAFETY: `count` elements per the API contract.
+        let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
+        let v = check!(requests_from_c(reqs));
+        check!(e.submit_with_notify(batch, &v, n, m));
+        TW_OK
+    })
+}
+
+/// Probes a peer's RPC port (`name` is a segment name); `TW_OK` when it answers.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_engine_probe(engine: *const tw_engine, name: *const c_char) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        let e = check!(self::engine(engine));
+        // SAFETY: C string per the API contract.
+        let n = check!(unsafe { str_arg(name, "name") });
+        check!(e.probe(n));
+        TW_OK
     })
 }

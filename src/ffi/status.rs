@@ -2,7 +2,7 @@
 
 use crate::error::{Error, ErrorKind};
 use std::cell::RefCell;
-use std::ffi::{c_char, CStr};
+use std::ffi::{CStr, c_char};
 
 /// Result of every fallible `tw_*` call: 0 = success, negative = error. Numbers are stable.
 pub type tw_result = i32;
@@ -91,7 +91,10 @@ pub(crate) fn record_panic(payload: &(dyn std::any::Any + Send)) {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into());
-    crate::tw_log!(crate::log::Level::Error, "panic caught at the C API boundary: {what}");
+    crate::tw_log!(
+        crate::log::Level::Error,
+        "panic caught at the C API boundary: {what}"
+    );
     set_last_error(format!("internal panic: {what}"));
 }
 
@@ -157,8 +160,13 @@ mod tests {
             let c = code_of(k);
             assert!(c < 0 && seen.insert(c));
             // SAFETY: tw_result_str returns a static NUL-terminated string.
-            let name = unsafe { CStr::from_ptr(tw_result_str(c)) }.to_str().unwrap();
-            assert!(name.starts_with("TW_ERR_") && name != "TW_ERR_UNKNOWN", "{k:?}");
+            let name = unsafe { CStr::from_ptr(tw_result_str(c)) }
+                .to_str()
+                .unwrap();
+            assert!(
+                name.starts_with("TW_ERR_") && name != "TW_ERR_UNKNOWN",
+                "{k:?}"
+            );
         }
     }
 }

@@ -102,7 +102,10 @@ impl Registry {
             if w[0].0 + w[0].1 > w[1].0 && w[0] != w[1] {
                 return fail(
                     ErrorKind::AddressOverlapped,
-                    format!("ranges at {:#x} and {:#x} overlap each other", w[0].0, w[1].0),
+                    format!(
+                        "ranges at {:#x} and {:#x} overlap each other",
+                        w[0].0, w[1].0
+                    ),
                 );
             }
         }
@@ -146,7 +149,10 @@ impl Registry {
 
     fn find_overlap(map: &BTreeMap<u64, Region>, base: u64, end: u64) -> Option<&Region> {
         // The candidate is the last region starting before `end`.
-        map.range(..end).next_back().map(|(_, r)| r).filter(|r| r.end() > base)
+        map.range(..end)
+            .next_back()
+            .map(|(_, r)| r)
+            .filter(|r| r.end() > base)
     }
 
     /// Drops one reference to the region starting at `base`. Returns `true` when the region is gone.
@@ -222,32 +228,66 @@ mod tests {
     fn overlap_rules() {
         let r = Registry::new();
         assert!(r.register(0x1000, 0x1000, "cpu:0", true).unwrap());
-        assert!(!r.register(0x1000, 0x1000, "cpu:0", true).unwrap(), "exact re-register is idempotent");
-        for (b, l) in [(0x1800, 0x1000), (0x800, 0x1000), (0x1000, 0x800), (0x1100, 0x10), (0x0800, 0x2000)] {
+        assert!(
+            !r.register(0x1000, 0x1000, "cpu:0", true).unwrap(),
+            "exact re-register is idempotent"
+        );
+        for (b, l) in [
+            (0x1800, 0x1000),
+            (0x800, 0x1000),
+            (0x1000, 0x800),
+            (0x1100, 0x10),
+            (0x0800, 0x2000),
+        ] {
             let e = r.register(b, l, "cpu:0", true).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::AddressOverlapped, "{b:#x}+{l:#x}");
         }
-        assert!(r.register(0x2000, 0x10, "cpu:0", true).unwrap(), "adjacent is fine");
-        assert_eq!(r.register(0x3000, 0, "cpu:0", true).unwrap_err().kind(), ErrorKind::InvalidArgument);
-        assert_eq!(r.register(0, 10, "cpu:0", true).unwrap_err().kind(), ErrorKind::InvalidArgument);
-        assert_eq!(r.register(u64::MAX - 4, 10, "cpu:0", true).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert!(
+            r.register(0x2000, 0x10, "cpu:0", true).unwrap(),
+            "adjacent is fine"
+        );
+        assert_eq!(
+            r.register(0x3000, 0, "cpu:0", true).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            r.register(0, 10, "cpu:0", true).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            r.register(u64::MAX - 4, 10, "cpu:0", true)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::InvalidArgument
+        );
         // Reference counted: two unregisters needed.
         assert!(!r.unregister(0x1000).unwrap());
         assert!(r.unregister(0x1000).unwrap());
-        assert_eq!(r.unregister(0x1000).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
-        assert_eq!(r.unregister(0x2001).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
+        assert_eq!(
+            r.unregister(0x1000).unwrap_err().kind(),
+            ErrorKind::AddressNotRegistered
+        );
+        assert_eq!(
+            r.unregister(0x2001).unwrap_err().kind(),
+            ErrorKind::AddressNotRegistered
+        );
     }
 
     #[test]
     fn batch_is_all_or_nothing() {
         let r = Registry::new();
         r.register(0x5000, 0x100, "cpu:0", true).unwrap();
-        let e = r.register_all(&[(0x1000, 0x100), (0x5080, 0x10)], "cpu:0", true).unwrap_err();
+        let e = r
+            .register_all(&[(0x1000, 0x100), (0x5080, 0x10)], "cpu:0", true)
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::AddressOverlapped);
         assert_eq!(r.len(), 1, "nothing from the failed batch stays");
-        let e = r.register_all(&[(0x1000, 0x100), (0x1080, 0x100)], "cpu:0", true).unwrap_err();
+        let e = r
+            .register_all(&[(0x1000, 0x100), (0x1080, 0x100)], "cpu:0", true)
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::AddressOverlapped);
-        r.register_all(&[(0x1000, 0x100), (0x2000, 0x100)], "*", true).unwrap();
+        r.register_all(&[(0x1000, 0x100), (0x2000, 0x100)], "*", true)
+            .unwrap();
         assert_eq!(r.len(), 3);
     }
 
@@ -258,11 +298,26 @@ mod tests {
         r.register(0x4000, 0x1000, "cpu:0", false).unwrap();
         assert!(r.check(0x1000, 0x1000, Access::Remote).is_ok());
         assert!(r.check(0x1fff, 1, Access::Remote).is_ok());
-        assert_eq!(r.check(0x1fff, 2, Access::Remote).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
-        assert_eq!(r.check(0xfff, 2, Access::Local).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
-        assert_eq!(r.check(0x1000, 0, Access::Local).unwrap_err().kind(), ErrorKind::InvalidArgument);
-        assert_eq!(r.check(u64::MAX, 2, Access::Local).unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            r.check(0x1fff, 2, Access::Remote).unwrap_err().kind(),
+            ErrorKind::AddressNotRegistered
+        );
+        assert_eq!(
+            r.check(0xfff, 2, Access::Local).unwrap_err().kind(),
+            ErrorKind::AddressNotRegistered
+        );
+        assert_eq!(
+            r.check(0x1000, 0, Access::Local).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            r.check(u64::MAX, 2, Access::Local).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
         assert!(r.check(0x4000, 8, Access::Local).is_ok());
-        assert_eq!(r.check(0x4000, 8, Access::Remote).unwrap_err().kind(), ErrorKind::AddressNotRegistered);
+        assert_eq!(
+            r.check(0x4000, 8, Access::Remote).unwrap_err().kind(),
+            ErrorKind::AddressNotRegistered
+        );
     }
 }

@@ -65,10 +65,20 @@ fn protocol_string<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Strin
     match v {
         serde_json::Value::String(s) => Ok(s),
         serde_json::Value::Array(items) => {
-            let names: Vec<String> = items.into_iter().filter_map(|i| i.as_str().map(String::from)).collect();
-            Ok(names.iter().find(|n| *n == "tcp").cloned().or_else(|| names.first().cloned()).unwrap_or_default())
+            let names: Vec<String> = items
+                .into_iter()
+                .filter_map(|i| i.as_str().map(String::from))
+                .collect();
+            Ok(names
+                .iter()
+                .find(|n| *n == "tcp")
+                .cloned()
+                .or_else(|| names.first().cloned())
+                .unwrap_or_default())
         }
-        _ => Err(serde::de::Error::custom("protocol must be a string or an array")),
+        _ => Err(serde::de::Error::custom(
+            "protocol must be a string or an array",
+        )),
     }
 }
 
@@ -76,17 +86,31 @@ impl SegmentDesc {
     /// Decodes and validates a descriptor as Mooncake does (empty name, zero address or zero
     /// length in any buffer rejects the whole descriptor).
     pub fn decode(bytes: &[u8]) -> Result<SegmentDesc> {
-        let text = std::str::from_utf8(bytes).map_err(|_| Error::new(ErrorKind::Metadata, "descriptor is not UTF-8"))?;
+        let text = std::str::from_utf8(bytes)
+            .map_err(|_| Error::new(ErrorKind::Metadata, "descriptor is not UTF-8"))?;
         if text.trim() == "null" {
-            return Err(Error::new(ErrorKind::Metadata, "peer has no descriptor yet (no transport installed)"));
+            return Err(Error::new(
+                ErrorKind::Metadata,
+                "peer has no descriptor yet (no transport installed)",
+            ));
         }
         let d: SegmentDesc = serde_json::from_str(text)
             .map_err(|e| Error::new(ErrorKind::Metadata, format!("malformed descriptor: {e}")))?;
         if d.name.is_empty() {
-            return Err(Error::new(ErrorKind::Metadata, "descriptor has an empty name"));
+            return Err(Error::new(
+                ErrorKind::Metadata,
+                "descriptor has an empty name",
+            ));
         }
-        if let Some(b) = d.buffers.iter().find(|b| b.name.is_empty() || b.addr == 0 || b.length == 0) {
-            return Err(Error::new(ErrorKind::Metadata, format!("descriptor has an invalid buffer {b:?}")));
+        if let Some(b) = d
+            .buffers
+            .iter()
+            .find(|b| b.name.is_empty() || b.addr == 0 || b.length == 0)
+        {
+            return Err(Error::new(
+                ErrorKind::Metadata,
+                format!("descriptor has an invalid buffer {b:?}"),
+            ));
         }
         Ok(d)
     }
@@ -99,13 +123,17 @@ impl SegmentDesc {
     /// Finds the buffer holding `[addr, addr+len)`.
     pub fn buffer_for(&self, addr: u64, len: u64) -> Option<&BufferDesc> {
         let end = addr.checked_add(len)?;
-        self.buffers.iter().find(|b| b.addr <= addr && end <= b.addr.saturating_add(b.length))
+        self.buffers
+            .iter()
+            .find(|b| b.addr <= addr && end <= b.addr.saturating_add(b.length))
     }
 }
 
 /// Local time formatted like Mooncake's descriptor timestamps.
 pub fn timestamp_now() -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     let secs = now.as_secs() as libc::time_t;
     let mut tm: libc::tm = unsafe_zeroed_tm();
     // SAFETY: both pointers are valid for the call; localtime_r is thread-safe.
@@ -154,7 +182,11 @@ mod tests {
             r#"{"name":"a","protocol":"tcp","buffers":[{"name":"a","addr":0,"length":1}]}"#,
             r#"{"name":"a","protocol":"tcp","buffers":[{"name":"a","addr":1,"length":0}]}"#,
         ] {
-            assert_eq!(SegmentDesc::decode(bad.as_bytes()).unwrap_err().kind(), ErrorKind::Metadata, "{bad}");
+            assert_eq!(
+                SegmentDesc::decode(bad.as_bytes()).unwrap_err().kind(),
+                ErrorKind::Metadata,
+                "{bad}"
+            );
         }
         let old = SegmentDesc::decode(br#"{"name":"a","protocol":["rdma","tcp"]}"#).unwrap();
         assert_eq!(old.tcp_proto_version, 1);

@@ -31,17 +31,28 @@ impl HttpStore {
     /// Parses the base URL. `https://` is refused: this build carries no TLS.
     pub fn new(url: &str, timeout: Duration) -> Result<HttpStore> {
         if url.starts_with("https://") {
-            return Err(Error::new(ErrorKind::Unsupported, "https metadata servers need TLS, which this build does not include; use http://"));
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "https metadata servers need TLS, which this build does not include; use http://",
+            ));
         }
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, format!("{url:?} is not an http:// URL")))?;
+        let rest = url.strip_prefix("http://").ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{url:?} is not an http:// URL"),
+            )
+        })?;
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
         };
         let (host, port) = super::parse_host_port(authority, 80)?;
-        Ok(HttpStore { host, port, path: path.to_string(), timeout })
+        Ok(HttpStore {
+            host,
+            port,
+            path: path.to_string(),
+            timeout,
+        })
     }
 
     fn request(&self, method: &str, key: &str, body: Option<&str>) -> Result<(u16, Vec<u8>)> {
@@ -58,11 +69,21 @@ impl HttpStore {
             super::join_host_port(&self.host, self.port),
             body.len()
         );
-        let io = |e: std::io::Error| Error::new(ErrorKind::Metadata, format!("metadata server {method} {key}: {e}"));
+        let io = |e: std::io::Error| {
+            Error::new(
+                ErrorKind::Metadata,
+                format!("metadata server {method} {key}: {e}"),
+            )
+        };
         s.write_all(req.as_bytes()).map_err(io)?;
         let mut resp = Vec::new();
         s.read_to_end(&mut resp).map_err(io)?;
-        parse_response(&resp).map_err(|m| Error::new(ErrorKind::Metadata, format!("metadata server {method} {key}: {m}")))
+        parse_response(&resp).map_err(|m| {
+            Error::new(
+                ErrorKind::Metadata,
+                format!("metadata server {method} {key}: {m}"),
+            )
+        })
     }
 
     /// GET: `Ok(Some(body))` on 200, `Ok(None)` on any other status.
@@ -75,7 +96,10 @@ impl HttpStore {
     pub fn put(&self, key: &str, json: &str) -> Result<()> {
         match self.request("PUT", key, Some(json))? {
             (200, _) => Ok(()),
-            (s, b) => Err(Error::new(ErrorKind::Metadata, format!("PUT {key}: status {s}: {}", String::from_utf8_lossy(&b)))),
+            (s, b) => Err(Error::new(
+                ErrorKind::Metadata,
+                format!("PUT {key}: status {s}: {}", String::from_utf8_lossy(&b)),
+            )),
         }
     }
 
@@ -83,13 +107,19 @@ impl HttpStore {
     pub fn delete(&self, key: &str) -> Result<()> {
         match self.request("DELETE", key, None)? {
             (200, _) => Ok(()),
-            (s, _) => Err(Error::new(ErrorKind::Metadata, format!("DELETE {key}: status {s}"))),
+            (s, _) => Err(Error::new(
+                ErrorKind::Metadata,
+                format!("DELETE {key}: status {s}"),
+            )),
         }
     }
 }
 
 fn parse_response(resp: &[u8]) -> std::result::Result<(u16, Vec<u8>), String> {
-    let split = resp.windows(4).position(|w| w == b"\r\n\r\n").ok_or("truncated response")?;
+    let split = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or("truncated response")?;
     let head = std::str::from_utf8(&resp[..split]).map_err(|_| "response head is not UTF-8")?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
@@ -114,7 +144,9 @@ fn parse_response(resp: &[u8]) -> std::result::Result<(u16, Vec<u8>), String> {
     let body = if chunked {
         dechunk(raw)?
     } else if let Some(n) = length {
-        raw.get(..n).ok_or("body shorter than Content-Length")?.to_vec()
+        raw.get(..n)
+            .ok_or("body shorter than Content-Length")?
+            .to_vec()
     } else {
         raw.to_vec()
     };
@@ -124,9 +156,13 @@ fn parse_response(resp: &[u8]) -> std::result::Result<(u16, Vec<u8>), String> {
 fn dechunk(mut raw: &[u8]) -> std::result::Result<Vec<u8>, String> {
     let mut out = Vec::new();
     loop {
-        let eol = raw.windows(2).position(|w| w == b"\r\n").ok_or("bad chunk header")?;
+        let eol = raw
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("bad chunk header")?;
         let size_text = std::str::from_utf8(&raw[..eol]).map_err(|_| "bad chunk size")?;
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16).map_err(|_| "bad chunk size")?;
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|_| "bad chunk size")?;
         raw = &raw[eol + 2..];
         if size == 0 {
             return Ok(out);
@@ -142,7 +178,10 @@ mod tests {
 
     #[test]
     fn escapes_like_curl() {
-        assert_eq!(escape("mooncake/ram/127.0.0.1:1500"), "mooncake%2Fram%2F127.0.0.1%3A1500");
+        assert_eq!(
+            escape("mooncake/ram/127.0.0.1:1500"),
+            "mooncake%2Fram%2F127.0.0.1%3A1500"
+        );
     }
 
     #[test]

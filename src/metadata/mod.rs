@@ -21,12 +21,20 @@ pub fn parse_host_port(name: &str, default_port: u16) -> Result<(String, u16)> {
     }
     if let Some(rest) = name.strip_prefix('[') {
         let Some((host, after)) = rest.split_once(']') else {
-            return fail(ErrorKind::InvalidArgument, format!("unterminated '[' in {name:?}"));
+            return fail(
+                ErrorKind::InvalidArgument,
+                format!("unterminated '[' in {name:?}"),
+            );
         };
         let port = match after.strip_prefix(':') {
             Some(p) => parse_port(p, name)?,
             None if after.is_empty() => default_port,
-            None => return fail(ErrorKind::InvalidArgument, format!("junk after ']' in {name:?}")),
+            None => {
+                return fail(
+                    ErrorKind::InvalidArgument,
+                    format!("junk after ']' in {name:?}"),
+                );
+            }
         };
         return Ok((host.to_string(), port));
     }
@@ -40,8 +48,9 @@ pub fn parse_host_port(name: &str, default_port: u16) -> Result<(String, u16)> {
 }
 
 fn parse_port(p: &str, name: &str) -> Result<u16> {
-    p.parse::<u16>()
-        .map_err(|_| crate::error::Error::new(ErrorKind::InvalidArgument, format!("bad port in {name:?}")))
+    p.parse::<u16>().map_err(|_| {
+        crate::error::Error::new(ErrorKind::InvalidArgument, format!("bad port in {name:?}"))
+    })
 }
 
 /// Formats host and port as a segment name (`[v6]:port` for IPv6).
@@ -58,11 +67,19 @@ pub fn resolve(host: &str, port: u16) -> Result<Vec<std::net::SocketAddr>> {
     use std::net::ToSocketAddrs;
     let mut addrs: Vec<_> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| crate::error::Error::new(ErrorKind::UnknownSegment, format!("cannot resolve {host:?}: {e}")))?
+        .map_err(|e| {
+            crate::error::Error::new(
+                ErrorKind::UnknownSegment,
+                format!("cannot resolve {host:?}: {e}"),
+            )
+        })?
         .collect();
     addrs.sort_by_key(|a| a.is_ipv6());
     if addrs.is_empty() {
-        return fail(ErrorKind::UnknownSegment, format!("{host:?} resolves to nothing"));
+        return fail(
+            ErrorKind::UnknownSegment,
+            format!("{host:?} resolves to nothing"),
+        );
     }
     Ok(addrs)
 }
@@ -73,11 +90,20 @@ mod tests {
 
     #[test]
     fn host_port_parsing() {
-        assert_eq!(parse_host_port("127.0.0.1:15001", 1).unwrap(), ("127.0.0.1".into(), 15001));
-        assert_eq!(parse_host_port("node", 12001).unwrap(), ("node".into(), 12001));
+        assert_eq!(
+            parse_host_port("127.0.0.1:15001", 1).unwrap(),
+            ("127.0.0.1".into(), 15001)
+        );
+        assert_eq!(
+            parse_host_port("node", 12001).unwrap(),
+            ("node".into(), 12001)
+        );
         assert_eq!(parse_host_port("[::1]:80", 1).unwrap(), ("::1".into(), 80));
         assert_eq!(parse_host_port("[::1]", 7).unwrap(), ("::1".into(), 7));
-        assert_eq!(parse_host_port("fe80::1", 7).unwrap(), ("fe80::1".into(), 7));
+        assert_eq!(
+            parse_host_port("fe80::1", 7).unwrap(),
+            ("fe80::1".into(), 7)
+        );
         for bad in ["", ":80", "h:99999", "h:x", "[::1", "[::1]x"] {
             assert!(parse_host_port(bad, 1).is_err(), "{bad:?}");
         }

@@ -88,12 +88,20 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream> {
 }
 
 /// One request/reply exchange with a peer's RPC port. The reply must carry the same type.
-pub fn call(host: &str, port: u16, ty: MsgType, body: &[u8], timeout: Duration, max_len: u64) -> Result<Vec<u8>> {
+pub fn call(
+    host: &str,
+    port: u16,
+    ty: MsgType,
+    body: &[u8],
+    timeout: Duration,
+    max_len: u64,
+) -> Result<Vec<u8>> {
     let mut s = connect(host, port, timeout)?;
     let _ = s.set_read_timeout(Some(timeout));
     let _ = s.set_write_timeout(Some(timeout));
     let _ = s.set_nodelay(true);
-    write_frame(&mut s, ty as u8, body).map_err(|e| Error::new(ErrorKind::Socket, format!("sending request: {e}")))?;
+    write_frame(&mut s, ty as u8, body)
+        .map_err(|e| Error::new(ErrorKind::Socket, format!("sending request: {e}")))?;
     let (rty, reply) = read_frame(&mut s, max_len)?;
     if rty != ty as u8 {
         return Err(Error::new(
@@ -116,9 +124,18 @@ mod tests {
         assert_eq!(u64::from_ne_bytes(buf[..8].try_into().unwrap()), 3);
         let (ty, body) = read_frame(&mut &buf[..], 100).unwrap();
         assert_eq!((ty, body.as_slice()), (1, &b"{}"[..]));
-        assert_eq!(read_frame(&mut &buf[..], 2).unwrap_err().kind(), ErrorKind::Protocol);
+        assert_eq!(
+            read_frame(&mut &buf[..], 2).unwrap_err().kind(),
+            ErrorKind::Protocol
+        );
         let zero = 0u64.to_ne_bytes();
-        assert_eq!(read_frame(&mut &zero[..], 100).unwrap_err().kind(), ErrorKind::Protocol);
-        assert_eq!(read_frame(&mut &buf[..5], 100).unwrap_err().kind(), ErrorKind::Socket);
+        assert_eq!(
+            read_frame(&mut &zero[..], 100).unwrap_err().kind(),
+            ErrorKind::Protocol
+        );
+        assert_eq!(
+            read_frame(&mut &buf[..5], 100).unwrap_err().kind(),
+            ErrorKind::Socket
+        );
     }
 }

@@ -25,30 +25,42 @@ pub struct RpcServer {
 
 impl RpcServer {
     /// Starts serving on `listener`.
-    pub fn start(listener: TcpListener, handler: Arc<Handler>, io_timeout: Duration, max_len: u64) -> std::io::Result<RpcServer> {
+    pub fn start(
+        listener: TcpListener,
+        handler: Arc<Handler>,
+        io_timeout: Duration,
+        max_len: u64,
+    ) -> std::io::Result<RpcServer> {
         let port = listener.local_addr()?.port();
         let stop = Arc::new(AtomicBool::new(false));
         let fd = listener.as_raw_fd();
         let stop2 = stop.clone();
-        let thread = std::thread::Builder::new().name("tw-rpc".into()).spawn(move || {
-            for conn in listener.incoming() {
-                // Acquire pairs with the Release in `drop`: after the wake-up we see the flag.
-                if stop2.load(Ordering::Acquire) {
-                    break;
-                }
-                match conn {
-                    Ok(s) => serve_one(s, &*handler, io_timeout, max_len),
-                    Err(e) => {
-                        tw_log!(Level::Debug, "rpc accept: {e}");
-                        if stop2.load(Ordering::Acquire) {
-                            break;
+        let thread = std::thread::Builder::new()
+            .name("tw-rpc".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    // Acquire pairs with the Release in `drop`: after the wake-up we see the flag.
+                    if stop2.load(Ordering::Acquire) {
+                        break;
+                    }
+                    match conn {
+                        Ok(s) => serve_one(s, &*handler, io_timeout, max_len),
+                        Err(e) => {
+                            tw_log!(Level::Debug, "rpc accept: {e}");
+                            if stop2.load(Ordering::Acquire) {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(10));
                         }
-                        std::thread::sleep(Duration::from_millis(10));
                     }
                 }
-            }
-        })?;
-        Ok(RpcServer { port, stop, fd, thread: Some(thread) })
+            })?;
+        Ok(RpcServer {
+            port,
+            stop,
+            fd,
+            thread: Some(thread),
+        })
     }
 
     /// The bound port.
@@ -63,7 +75,11 @@ fn serve_one(mut s: TcpStream, handler: &Handler, io_timeout: Duration, max_len:
     let (ty, body) = match rpc::read_frame(&mut s, max_len) {
         Ok(f) => f,
         Err(e) => {
-            tw_log!(Level::Warn, "rpc: dropping request from {:?}: {e}", s.peer_addr().ok());
+            tw_log!(
+                Level::Warn,
+                "rpc: dropping request from {:?}: {e}",
+                s.peer_addr().ok()
+            );
             return;
         }
     };

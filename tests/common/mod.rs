@@ -11,7 +11,13 @@ impl Buf {
         Buf(vec![fill; len])
     }
     pub fn pattern(len: usize, seed: u8) -> Buf {
-        Buf((0..len).map(|i| (i as u32).wrapping_mul(31).wrapping_add(seed as u32 * 7 + 11) as u8).collect())
+        Buf((0..len)
+            .map(|i| {
+                (i as u32)
+                    .wrapping_mul(31)
+                    .wrapping_add(seed as u32 * 7 + 11) as u8
+            })
+            .collect())
     }
     pub fn addr(&self) -> u64 {
         self.0.as_ptr() as u64

@@ -91,7 +91,11 @@ impl Shared {
     /// Fails `s`, or re-queues it once when it was lost to a broken connection.
     fn fail_or_retry(&self, mut s: Slice, kind: ErrorKind, retryable: bool) {
         // Acquire pairs with the Release in `Peer::drop`.
-        if retryable && kind == ErrorKind::Socket && s.retries < 1 && !self.shutdown.load(Ordering::Acquire) {
+        if retryable
+            && kind == ErrorKind::Socket
+            && s.retries < 1
+            && !self.shutdown.load(Ordering::Acquire)
+        {
             s.retries += 1;
             if let Err(e) = self.queue.send(Msg::Work(s)) {
                 if let Msg::Work(s) = e.into_inner() {
@@ -140,7 +144,11 @@ impl Peer {
                     .spawn(move || receiver_loop(&sh, lane, &erx))?,
             );
         }
-        Ok(Peer { shared, rx, threads })
+        Ok(Peer {
+            shared,
+            rx,
+            threads,
+        })
     }
 
     /// Queues slices for this peer.
@@ -160,7 +168,14 @@ impl Drop for Peer {
         for _ in 0..self.shared.cfg.lanes.max(1) {
             let _ = self.shared.queue.send(Msg::Stop);
         }
-        for s in self.shared.streams.lock().unwrap_or_else(|e| e.into_inner()).iter().flatten() {
+        for s in self
+            .shared
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .flatten()
+        {
             let _ = s.shutdown(Shutdown::Both);
         }
         for t in self.threads.drain(..) {
@@ -214,7 +229,9 @@ fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>, expect: &Sender<
         }
         // Acquire pairs with the Release in `Peer::drop`.
         if sh.shutdown.load(Ordering::Acquire) {
-            batch.drain(..).for_each(|s| s.done.finish(Err(ErrorKind::Shutdown)));
+            batch
+                .drain(..)
+                .for_each(|s| s.done.finish(Err(ErrorKind::Shutdown)));
             continue;
         }
         // Acquire pairs with the receiver's Release when it marks the connection broken.
@@ -226,13 +243,20 @@ fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>, expect: &Sender<
         if conn.is_none() {
             conn = open_lane(sh, lane, expect);
             if conn.is_none() {
-                batch.drain(..).for_each(|s| s.done.finish(Err(ErrorKind::Socket)));
+                batch
+                    .drain(..)
+                    .for_each(|s| s.done.finish(Err(ErrorKind::Socket)));
                 continue;
             }
         }
         let stream = conn.as_ref().expect("connected").clone();
         if let Err(e) = send_batch(sh, &stream, &mut batch, &mut headers, expect) {
-            tw_log!(Level::Warn, "tcp lane to {}:{}: send failed: {e}", sh.addr.host, sh.addr.port);
+            tw_log!(
+                Level::Warn,
+                "tcp lane to {}:{}: send failed: {e}",
+                sh.addr.host,
+                sh.addr.port
+            );
             // The receiver sees the shutdown and fails or re-sends what it was expecting.
             let _ = stream.shutdown(Shutdown::Both);
             conn = None;
@@ -259,7 +283,12 @@ fn open_lane(sh: &Shared, lane: usize, expect: &Sender<Expect>) -> Option<Arc<Tc
             Some(s)
         }
         Err(e) => {
-            tw_log!(Level::Warn, "tcp: cannot connect to {}:{}: {e}", sh.addr.host, sh.addr.port);
+            tw_log!(
+                Level::Warn,
+                "tcp: cannot connect to {}:{}: {e}",
+                sh.addr.host,
+                sh.addr.port
+            );
             *cd = Some(Instant::now() + sh.cfg.cooldown);
             None
         }
@@ -278,7 +307,13 @@ fn send_batch(
     let v2 = sh.addr.v2;
     headers.clear();
     headers.extend(batch.iter().map(|s| {
-        Header { size: s.len, addr: s.remote, write: s.op == Opcode::Write, v2 }.encode()
+        Header {
+            size: s.len,
+            addr: s.remote,
+            write: s.op == Opcode::Write,
+            v2,
+        }
+        .encode()
     }));
     let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
     for (s, h) in batch.iter().zip(headers.iter()) {
@@ -341,11 +376,23 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
                 slice.done.finish(Ok(n));
             }
             Err(ReplyError::Rejected) => {
-                tw_log!(Level::Warn, "tcp: {}:{} rejected {:#x}+{}", sh.addr.host, sh.addr.port, slice.remote, slice.len);
+                tw_log!(
+                    Level::Warn,
+                    "tcp: {}:{} rejected {:#x}+{}",
+                    sh.addr.host,
+                    sh.addr.port,
+                    slice.remote,
+                    slice.len
+                );
                 slice.done.finish(Err(ErrorKind::Rejected));
             }
             Err(ReplyError::Protocol(m)) => {
-                tw_log!(Level::Error, "tcp: protocol error from {}:{}: {m}", sh.addr.host, sh.addr.port);
+                tw_log!(
+                    Level::Error,
+                    "tcp: protocol error from {}:{}: {m}",
+                    sh.addr.host,
+                    sh.addr.port
+                );
                 broken = true;
                 // Release pairs with the sender's Acquire swap.
                 sh.broken[lane].store(true, Ordering::Release);
@@ -353,13 +400,29 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
                 slice.done.finish(Err(ErrorKind::Protocol));
             }
             Err(ReplyError::Io(e)) => {
-                let timed_out = matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut);
-                tw_log!(Level::Warn, "tcp: connection to {}:{} lost: {e}", sh.addr.host, sh.addr.port);
+                let timed_out = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                );
+                tw_log!(
+                    Level::Warn,
+                    "tcp: connection to {}:{} lost: {e}",
+                    sh.addr.host,
+                    sh.addr.port
+                );
                 broken = true;
                 // Release pairs with the sender's Acquire swap.
                 sh.broken[lane].store(true, Ordering::Release);
                 let _ = st.shutdown(Shutdown::Both);
-                sh.fail_or_retry(slice, if timed_out { ErrorKind::Timeout } else { ErrorKind::Socket }, !timed_out);
+                sh.fail_or_retry(
+                    slice,
+                    if timed_out {
+                        ErrorKind::Timeout
+                    } else {
+                        ErrorKind::Socket
+                    },
+                    !timed_out,
+                );
             }
         }
     }
@@ -369,14 +432,21 @@ fn read_reply(v2: bool, stream: &TcpStream, rb: &mut RecvBuf, s: &Slice) -> Resu
     let mut r = stream;
     if v2 {
         if !rb.fill(&mut r, STATUS_LEN).map_err(ReplyError::Io)? {
-            return Err(ReplyError::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "peer closed the connection")));
+            return Err(ReplyError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "peer closed the connection",
+            )));
         }
         let frame: [u8; STATUS_LEN] = rb.take(STATUS_LEN).try_into().expect("8 bytes");
         match parse_status(&frame) {
             Some(STATUS_OK) => {}
             Some(STATUS_ADDR_REJECTED) => return Err(ReplyError::Rejected),
             Some(c) => return Err(ReplyError::Protocol(format!("unknown status code {c}"))),
-            None => return Err(ReplyError::Protocol(format!("bad status frame {frame:02x?}"))),
+            None => {
+                return Err(ReplyError::Protocol(format!(
+                    "bad status frame {frame:02x?}"
+                )));
+            }
         }
     }
     if s.op == Opcode::Read {
@@ -396,7 +466,10 @@ pub struct TcpClient {
 impl TcpClient {
     /// A client with no peers yet.
     pub fn new(cfg: ClientConfig) -> TcpClient {
-        TcpClient { cfg, peers: Mutex::default() }
+        TcpClient {
+            cfg,
+            peers: Mutex::default(),
+        }
     }
 
     /// The lanes to `addr`, started on first use.
@@ -412,7 +485,13 @@ impl TcpClient {
 
     /// Stops every lane, failing queued work.
     pub fn shutdown(&self) {
-        let peers: Vec<_> = self.peers.lock().unwrap_or_else(|e| e.into_inner()).drain().map(|(_, p)| p).collect();
+        let peers: Vec<_> = self
+            .peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
         drop(peers);
     }
 }

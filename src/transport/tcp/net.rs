@@ -25,7 +25,10 @@ pub fn send_all(fd: RawFd, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
             return Err(e);
         }
         if r == 0 {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "sendmsg wrote nothing"));
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "sendmsg wrote nothing",
+            ));
         }
         IoSlice::advance_slices(&mut bufs, r as usize);
     }
@@ -42,7 +45,11 @@ pub struct RecvBuf {
 impl RecvBuf {
     /// A buffer of `cap` bytes.
     pub fn new(cap: usize) -> RecvBuf {
-        RecvBuf { buf: vec![0u8; cap].into_boxed_slice(), start: 0, end: 0 }
+        RecvBuf {
+            buf: vec![0u8; cap].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
     }
 
     /// Bytes buffered and not consumed.
@@ -65,7 +72,12 @@ impl RecvBuf {
         while self.available() < n {
             match r.read(&mut self.buf[self.end..]) {
                 Ok(0) if self.available() == 0 => return Ok(false),
-                Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed mid-frame")),
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "peer closed mid-frame",
+                    ));
+                }
                 Ok(k) => self.end += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -102,13 +114,21 @@ impl RecvBuf {
             let left = dst.len() - done;
             if left >= self.buf.len() / 2 {
                 match r.read(&mut dst[done..]) {
-                    Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed mid-payload")),
+                    Ok(0) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "peer closed mid-payload",
+                        ));
+                    }
                     Ok(k) => done += k,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(e),
                 }
             } else if !self.fill(r, 1)? {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed mid-payload"));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "peer closed mid-payload",
+                ));
             }
         }
         Ok(())
@@ -118,7 +138,10 @@ impl RecvBuf {
     pub fn skip(&mut self, r: &mut impl Read, mut n: u64) -> io::Result<()> {
         while n > 0 {
             if self.available() == 0 && !self.fill(r, 1)? {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed mid-payload"));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "peer closed mid-payload",
+                ));
             }
             let k = (self.available() as u64).min(n) as usize;
             self.take(k);
@@ -162,7 +185,10 @@ mod tests {
             rb.read_into(&mut src, &mut rest).unwrap();
             assert!(!rb.fill(&mut src, 1).unwrap(), "clean EOF");
             let mut more = [0u8; 1];
-            assert_eq!(rb.read_into(&mut src, &mut more).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+            assert_eq!(
+                rb.read_into(&mut src, &mut more).unwrap_err().kind(),
+                io::ErrorKind::UnexpectedEof
+            );
         }
     }
 }

@@ -32,52 +32,66 @@ pub struct TcpServer {
 
 impl TcpServer {
     /// Serves `listener` against `registry`.
-    pub fn start(listener: TcpListener, registry: Arc<Registry>, io_timeout: Duration) -> io::Result<TcpServer> {
+    pub fn start(
+        listener: TcpListener,
+        registry: Arc<Registry>,
+        io_timeout: Duration,
+    ) -> io::Result<TcpServer> {
         let port = listener.local_addr()?.port();
         let stop = Arc::new(AtomicBool::new(false));
         let sessions: Sessions = Arc::default();
         let fd = listener.as_raw_fd();
         let (stop2, sessions2) = (stop.clone(), sessions.clone());
-        let accept = std::thread::Builder::new().name("tw-tcp-accept".into()).spawn(move || {
-            let counter = AtomicUsize::new(0);
-            for conn in listener.incoming() {
-                // Acquire pairs with the Release in `drop`.
-                if stop2.load(Ordering::Acquire) {
-                    break;
-                }
-                let stream = match conn {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tw_log!(Level::Debug, "tcp accept: {e}");
-                        std::thread::sleep(Duration::from_millis(10));
-                        continue;
+        let accept = std::thread::Builder::new()
+            .name("tw-tcp-accept".into())
+            .spawn(move || {
+                let counter = AtomicUsize::new(0);
+                for conn in listener.incoming() {
+                    // Acquire pairs with the Release in `drop`.
+                    if stop2.load(Ordering::Acquire) {
+                        break;
                     }
-                };
-                let _ = stream.set_nodelay(true);
-                let _ = stream.set_write_timeout(Some(io_timeout));
-                let Ok(keep) = stream.try_clone() else { continue };
-                let reg = registry.clone();
-                let n = counter.fetch_add(1, Ordering::Relaxed);
-                let spawned = std::thread::Builder::new()
-                    .name(format!("tw-tcp-srv-{n}"))
-                    .spawn(move || {
-                        let peer = stream.peer_addr().ok();
-                        if let Err(e) = serve(&stream, &reg) {
-                            tw_log!(Level::Debug, "tcp session {peer:?} ended: {e}");
+                    let stream = match conn {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tw_log!(Level::Debug, "tcp accept: {e}");
+                            std::thread::sleep(Duration::from_millis(10));
+                            continue;
                         }
-                        // The accept thread keeps a clone of the fd for shutdown; end the
-                        // connection itself so the peer sees it close now.
-                        let _ = stream.shutdown(Shutdown::Both);
-                    });
-                let mut list = sessions2.lock().unwrap_or_else(|e| e.into_inner());
-                list.retain(|(_, h)| !h.is_finished());
-                match spawned {
-                    Ok(h) => list.push((keep, h)),
-                    Err(e) => tw_log!(Level::Error, "cannot spawn tcp session thread: {e}"),
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let _ = stream.set_write_timeout(Some(io_timeout));
+                    let Ok(keep) = stream.try_clone() else {
+                        continue;
+                    };
+                    let reg = registry.clone();
+                    let n = counter.fetch_add(1, Ordering::Relaxed);
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("tw-tcp-srv-{n}"))
+                        .spawn(move || {
+                            let peer = stream.peer_addr().ok();
+                            if let Err(e) = serve(&stream, &reg) {
+                                tw_log!(Level::Debug, "tcp session {peer:?} ended: {e}");
+                            }
+                            // The accept thread keeps a clone of the fd for shutdown; end the
+                            // connection itself so the peer sees it close now.
+                            let _ = stream.shutdown(Shutdown::Both);
+                        });
+                    let mut list = sessions2.lock().unwrap_or_else(|e| e.into_inner());
+                    list.retain(|(_, h)| !h.is_finished());
+                    match spawned {
+                        Ok(h) => list.push((keep, h)),
+                        Err(e) => tw_log!(Level::Error, "cannot spawn tcp session thread: {e}"),
+                    }
                 }
-            }
-        })?;
-        Ok(TcpServer { port, stop, fd, accept: Some(accept), sessions })
+            })?;
+        Ok(TcpServer {
+            port,
+            stop,
+            fd,
+            accept: Some(accept),
+            sessions,
+        })
     }
 
     /// The bound port.
@@ -127,7 +141,12 @@ fn serve(stream: &TcpStream, registry: &Registry) -> io::Result<()> {
         }
         let h = Header::decode(rb.take(HEADER_LEN).try_into().expect("24 bytes"));
         if let Err(e) = registry.check(h.addr, h.size, Access::Remote) {
-            tw_log!(Level::Warn, "tcp: rejecting {} from {:?}: {e}", if h.write { "WRITE" } else { "READ" }, stream.peer_addr().ok());
+            tw_log!(
+                Level::Warn,
+                "tcp: rejecting {} from {:?}: {e}",
+                if h.write { "WRITE" } else { "READ" },
+                stream.peer_addr().ok()
+            );
             if h.v2 {
                 out.extend_from_slice(&status_frame(STATUS_ADDR_REJECTED));
             }

@@ -69,10 +69,18 @@ mod tests {
 
     #[test]
     fn matches_mooncake_bytes() {
-        assert_eq!(status_frame(STATUS_OK), [0, 0, 0, 0, 0x56, 0x54, 0x43, 0x4d]);
+        assert_eq!(
+            status_frame(STATUS_OK),
+            [0, 0, 0, 0, 0x56, 0x54, 0x43, 0x4d]
+        );
         assert_eq!(parse_status(&status_frame(1)), Some(1));
         assert_eq!(parse_status(&[0, 0, 0, 0, 1, 2, 3, 4]), None);
-        let h = Header { size: 0x1122, addr: 0xdead_beef_0000, write: true, v2: true };
+        let h = Header {
+            size: 0x1122,
+            addr: 0xdead_beef_0000,
+            write: true,
+            v2: true,
+        };
         let b = h.encode();
         assert_eq!(b[16], 0x81);
         assert_eq!(&b[0..2], &[0x22, 0x11]);

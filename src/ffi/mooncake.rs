@@ -1,0 +1,1 @@
+//! Mooncake C ABI: the 27 functions of `transfer_engine_c.h` (in progress).
