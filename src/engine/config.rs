@@ -33,6 +33,9 @@ pub struct Config {
     pub io_timeout: Duration,
     /// Largest accepted handshake frame.
     pub handshake_max_len: u64,
+    /// Same-host shortcuts between tidewire engines (in-process memcpy, cross-process
+    /// `process_vm_*`); off = every byte through TCP.
+    pub same_host: bool,
 }
 
 impl Default for Config {
@@ -49,6 +52,7 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
             handshake_max_len: crate::metadata::rpc::DEFAULT_MAX_FRAME,
+            same_host: true,
         };
         c.apply_env();
         c
@@ -85,6 +89,10 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "handshake_max_len",
         "largest handshake frame, 1 MiB..128 MiB",
+    ),
+    (
+        "same_host",
+        "1 (default) = same-host shortcuts between tidewire engines, 0 = TCP only",
     ),
 ];
 
@@ -139,6 +147,18 @@ impl Config {
                 self.io_timeout = Duration::from_millis(ranged(key, value, 1, 86_400_000)?)
             }
             "handshake_max_len" => self.handshake_max_len = ranged(key, value, 1 << 20, 128 << 20)?,
+            "same_host" => {
+                self.same_host = match value.trim() {
+                    "1" | "true" | "on" | "yes" => true,
+                    "0" | "false" | "off" | "no" => false,
+                    v => {
+                        return Err(Error::new(
+                            ErrorKind::InvalidArgument,
+                            format!("same_host: {v:?} is not 0/1"),
+                        ));
+                    }
+                }
+            }
             _ => {
                 let known: Vec<&str> = KEYS.iter().map(|k| k.0).collect();
                 return Err(Error::new(
@@ -160,6 +180,7 @@ impl Config {
             ("MC_HANDSHAKE_MAX_LENGTH", "handshake_max_len"),
             ("TW_SLICE_SIZE", "slice_size"),
             ("TW_TCP_LANES", "tcp_lanes"),
+            ("TW_SAME_HOST", "same_host"),
         ];
         for (var, key) in pairs {
             if let Ok(v) = std::env::var(var) {

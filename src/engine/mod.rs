@@ -22,6 +22,7 @@ use crate::metadata::http::HttpStore;
 use crate::metadata::rpc::{self, MsgType};
 use crate::metadata::server::RpcServer;
 use crate::metadata::{BufferDesc, SegmentDesc};
+use crate::transport::samehost;
 use crate::transport::tcp::client::{ClientConfig, PeerAddr, TcpClient};
 use crate::transport::tcp::server::TcpServer;
 use batch::Batch;
@@ -67,6 +68,9 @@ pub(crate) struct Inner {
     live: RwLock<bool>,
     store: Option<HttpStore>,
     servers: Mutex<Option<(RpcServer, TcpServer)>>,
+    /// Random identity for the same-host path; boxed so its address (published as
+    /// `tw_token_addr`) is stable and readable by a verifying peer.
+    token: Box<u64>,
 }
 
 fn bind(host: &str, port: u16) -> Result<TcpListener> {
@@ -147,7 +151,9 @@ impl Engine {
             live: RwLock::new(true),
             store,
             servers: Mutex::new(None),
+            token: Box::new(samehost::new_token()),
         });
+        samehost::announce(*inner.token, Arc::downgrade(&inner.registry));
         let weak = Arc::downgrade(&inner);
         let handler = Arc::new(move |ty: MsgType, body: &[u8]| handle_rpc(&weak, ty, body));
         let io = inner.cfg.connect_timeout;
@@ -337,6 +343,20 @@ impl Engine {
         Ok((*self.inner.segment(id)?.desc()).clone())
     }
 
+    /// How bytes reach segment `id` now: `"local"`, `"in-process"`, `"same-host"`, `"tcp"` or
+    /// `"unsupported"`.
+    pub fn segment_path(&self, id: SegmentId) -> Result<&'static str> {
+        if id == LOCAL_SEGMENT {
+            return Ok("local");
+        }
+        Ok(match self.inner.segment(id)?.route() {
+            Route::Local => "local",
+            Route::InProcess(_) => "in-process",
+            Route::Tcp(p) => p.path_name(),
+            Route::Unsupported(_) => "unsupported",
+        })
+    }
+
     /// Sends a notification to the owner of segment `id` over its RPC port.
     pub fn send_notify(&self, id: SegmentId, name: &str, msg: &str) -> Result<()> {
         self.inner.send_notify(id, name, msg)
@@ -375,6 +395,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        samehost::withdraw(*self.inner.token);
         *self.inner.live.write().unwrap_or_else(|e| e.into_inner()) = false;
         self.inner.client.shutdown();
         drop(
@@ -438,8 +459,10 @@ impl Inner {
             tcp_data_port: self.data_port,
             tcp_proto_version: self.cfg.tcp_proto,
             timestamp: crate::metadata::descriptor::timestamp_now(),
-            tw_host_id: String::new(),
+            tw_host_id: samehost::host_id().to_string(),
             tw_pid: std::process::id(),
+            tw_token: *self.token,
+            tw_token_addr: &*self.token as *const u64 as u64,
             tw_version: TW_PROTOCOL_VERSION,
         }
     }
@@ -500,6 +523,47 @@ impl Inner {
         }
     }
 
+    /// The registry of a peer engine living in this process, when the shortcut is enabled.
+    fn in_process_peer(&self, desc: &SegmentDesc) -> Option<Weak<Registry>> {
+        if !self.cfg.same_host || desc.tw_version == 0 || desc.tw_pid != std::process::id() {
+            return None;
+        }
+        samehost::find_in_process(desc.tw_token)
+    }
+
+    /// Pid of a verified tidewire peer on this host, or 0 (plain TCP), with one log line why.
+    fn same_host_pid(&self, desc: &SegmentDesc) -> u32 {
+        if !self.cfg.same_host
+            || desc.tw_version == 0
+            || desc.tw_token == 0
+            || desc.tw_pid == 0
+            || desc.tw_host_id.is_empty()
+            || desc.tw_host_id != samehost::host_id()
+        {
+            return 0;
+        }
+        match samehost::verify_peer(desc.tw_pid, desc.tw_token, desc.tw_token_addr) {
+            Ok(true) => desc.tw_pid,
+            Ok(false) => {
+                tw_log!(
+                    Level::Info,
+                    "segment {}: pid {} is not the publishing engine (pid namespace?); using TCP",
+                    desc.name,
+                    desc.tw_pid
+                );
+                0
+            }
+            Err(e) => {
+                tw_log!(
+                    Level::Info,
+                    "segment {}: same-host copy refused by the kernel ({e}); using TCP",
+                    desc.name
+                );
+                0
+            }
+        }
+    }
+
     fn fetch_segment(&self, name: &str) -> Result<Segment> {
         let (host, port) = self.rpc_address(name).map_err(|e| {
             Error::new(
@@ -535,33 +599,38 @@ impl Inner {
                 SegmentDesc::decode(&body)?
             }
         };
-        let route = if desc.name == self.name {
-            Route::Local
-        } else if desc.protocol != "tcp" {
-            Route::Unsupported(desc.protocol.clone())
-        } else {
-            let data_host = if desc.tcp_data_host.is_empty() {
-                host.clone()
+        let route =
+            if desc.name == self.name {
+                Route::Local
+            } else if desc.protocol != "tcp" {
+                Route::Unsupported(desc.protocol.clone())
             } else {
-                desc.tcp_data_host.clone()
+                let data_host = if desc.tcp_data_host.is_empty() {
+                    host.clone()
+                } else {
+                    desc.tcp_data_host.clone()
+                };
+                let v2 = desc.tcp_proto_version >= 2 && self.cfg.tcp_proto >= 2;
+                if let Some(registry) = self.in_process_peer(&desc) {
+                    Route::InProcess(registry)
+                } else {
+                    let addr = PeerAddr {
+                        host: data_host,
+                        port: desc.tcp_data_port,
+                        v2,
+                        vm_pid: if v2 { self.same_host_pid(&desc) } else { 0 },
+                    };
+                    if addr.port == 0 {
+                        return fail(
+                            ErrorKind::Metadata,
+                            format!("segment {name:?} publishes no tcp_data_port"),
+                        );
+                    }
+                    Route::Tcp(self.client.peer(&addr).map_err(|e| {
+                        Error::new(ErrorKind::Internal, format!("starting lanes: {e}"))
+                    })?)
+                }
             };
-            let addr = PeerAddr {
-                host: data_host,
-                port: desc.tcp_data_port,
-                v2: desc.tcp_proto_version >= 2 && self.cfg.tcp_proto >= 2,
-            };
-            if addr.port == 0 {
-                return fail(
-                    ErrorKind::Metadata,
-                    format!("segment {name:?} publishes no tcp_data_port"),
-                );
-            }
-            Route::Tcp(
-                self.client
-                    .peer(&addr)
-                    .map_err(|e| Error::new(ErrorKind::Internal, format!("starting lanes: {e}")))?,
-            )
-        };
         Ok(Segment {
             name: name.to_string(),
             rpc: (host, port),

@@ -16,6 +16,8 @@ pub const LOCAL_SEGMENT: SegmentId = 0;
 pub enum Route {
     /// This engine: checked memcpy.
     Local,
+    /// A tidewire engine in this same process: checked against its registry, then memcpy.
+    InProcess(std::sync::Weak<crate::memory::Registry>),
     /// A peer over TCP lanes.
     Tcp(Arc<Peer>),
     /// The peer publishes a protocol this engine cannot speak.

@@ -156,6 +156,7 @@ impl Engine {
 /// Resolved destination of one request.
 enum Target {
     Local,
+    InProcess(std::sync::Weak<crate::memory::Registry>),
     Tcp(Arc<crate::transport::tcp::client::Peer>),
 }
 
@@ -178,6 +179,7 @@ impl Inner {
         };
         match seg.route() {
             Route::Local => Ok(Target::Local),
+            Route::InProcess(r) => Ok(Target::InProcess(r)),
             Route::Tcp(p) => Ok(Target::Tcp(p)),
             Route::Unsupported(p) => fail(
                 ErrorKind::Unsupported,
@@ -266,6 +268,32 @@ impl Inner {
                                     crate::tw_log!(crate::log::Level::Warn, "local transfer: {e}");
                                     e.kind()
                                 });
+                        batch.slice_finished(task, res);
+                        off += n;
+                    }
+                }
+                Target::InProcess(owner) => {
+                    // One copy per slice, checked against the owner's registry as its server
+                    // would check a wire request.
+                    let mut off = 0;
+                    while off < r.len {
+                        let n = slice.min(r.len - off);
+                        let res = match owner.upgrade() {
+                            Some(owner) => local::copy_between(
+                                &self.registry,
+                                &owner,
+                                r.op,
+                                r.local + off,
+                                r.remote + off,
+                                n,
+                            )
+                            .map(|_| n)
+                            .map_err(|e| {
+                                crate::tw_log!(crate::log::Level::Warn, "in-process transfer: {e}");
+                                e.kind()
+                            }),
+                            None => Err(ErrorKind::Socket),
+                        };
                         batch.slice_finished(task, res);
                         off += n;
                     }

@@ -47,9 +47,19 @@ pub struct SegmentDesc {
     /// tidewire extension: owner's process id.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tw_pid: u32,
+    /// tidewire extension: random identity of the engine (same-host shortcut).
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub tw_token: u64,
+    /// tidewire extension: where the owner keeps `tw_token` in its memory.
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub tw_token_addr: u64,
     /// tidewire extension: protocol revision of the tidewire peer (0 = not tidewire).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tw_version: u32,
+}
+
+fn is_zero64(v: &u64) -> bool {
+    *v == 0
 }
 
 fn is_zero(v: &u32) -> bool {

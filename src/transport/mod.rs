@@ -2,6 +2,7 @@
 //! its task through [`SliceDone`](crate::engine::batch::SliceDone).
 
 pub mod local;
+pub mod samehost;
 pub mod tcp;
 
 use crate::engine::batch::SliceDone;

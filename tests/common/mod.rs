@@ -27,12 +27,16 @@ impl Buf {
     }
 }
 
+/// An engine whose peers are reached over TCP only (the same-host shortcuts off), so that tests
+/// of the wire path really use the wire.
 pub fn engine() -> Engine {
     engine_with(&[])
 }
 
+/// Like [`engine`], with extra options (a later `("same_host", "1")` turns the shortcut on).
 pub fn engine_with(opts: &[(&str, &str)]) -> Engine {
     let mut cfg = Config::default();
+    cfg.set("same_host", "0").unwrap();
     for (k, v) in opts {
         cfg.set(k, v).unwrap();
     }

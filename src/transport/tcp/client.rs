@@ -13,7 +13,7 @@ use super::wire::{HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_LEN, STATUS_O
 use crate::error::ErrorKind;
 use crate::log::Level;
 use crate::memory::raw;
-use crate::transport::{Opcode, Slice};
+use crate::transport::{Opcode, Slice, samehost};
 use crossbeam_channel::{Receiver, Sender, TryRecvError, bounded, unbounded};
 use std::collections::HashMap;
 use std::io::IoSlice;
@@ -63,6 +63,8 @@ pub struct PeerAddr {
     pub port: u16,
     /// Acknowledged (v2) framing.
     pub v2: bool,
+    /// Pid of a verified tidewire peer on this host (same-host path), 0 = none.
+    pub vm_pid: u32,
 }
 
 enum Msg {
@@ -72,7 +74,8 @@ enum Msg {
 
 enum Expect {
     Conn(Arc<TcpStream>),
-    Reply(Slice),
+    /// A reply is due for this slice; `true` when it was sent validate-only (same-host path).
+    Reply(Slice, bool),
 }
 
 struct Shared {
@@ -85,6 +88,8 @@ struct Shared {
     /// before sending more.
     broken: Vec<AtomicBool>,
     cooldown_until: Mutex<Option<Instant>>,
+    /// Same-host path in use (turned off for good if the kernel refuses it).
+    vm_on: AtomicBool,
 }
 
 impl Shared {
@@ -120,13 +125,14 @@ impl Peer {
         let (tx, rx) = unbounded();
         let lanes = cfg.lanes.max(1);
         let shared = Arc::new(Shared {
-            addr,
+            addr: addr.clone(),
             cfg,
             queue: tx,
             shutdown: AtomicBool::new(false),
             streams: Mutex::new(vec![None; lanes]),
             broken: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
             cooldown_until: Mutex::new(None),
+            vm_on: AtomicBool::new(addr.vm_pid != 0 && addr.v2),
         });
         let mut threads = Vec::with_capacity(2 * lanes);
         for lane in 0..lanes {
@@ -149,6 +155,15 @@ impl Peer {
             rx,
             threads,
         })
+    }
+
+    /// `"same-host"` while the validated `process_vm_*` path is in use, else `"tcp"`.
+    pub fn path_name(&self) -> &'static str {
+        if self.shared.vm_on.load(Ordering::Relaxed) {
+            "same-host"
+        } else {
+            "tcp"
+        }
     }
 
     /// Queues slices for this peer.
@@ -305,6 +320,9 @@ fn send_batch(
     expect: &Sender<Expect>,
 ) -> std::io::Result<()> {
     let v2 = sh.addr.v2;
+    // Relaxed: a stale value only means one more batch on the path that was just turned off,
+    // which fails over by itself.
+    let vm = sh.vm_on.load(Ordering::Relaxed);
     headers.clear();
     headers.extend(batch.iter().map(|s| {
         Header {
@@ -312,13 +330,14 @@ fn send_batch(
             addr: s.remote,
             write: s.op == Opcode::Write,
             v2,
+            vm,
         }
         .encode()
     }));
     let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
     for (s, h) in batch.iter().zip(headers.iter()) {
         iov.push(IoSlice::new(h));
-        if s.op == Opcode::Write {
+        if s.op == Opcode::Write && !vm {
             // SAFETY: the local range was checked against the registry at submit time.
             iov.push(IoSlice::new(unsafe { raw::bytes(s.local, s.len as usize) }));
         }
@@ -327,8 +346,8 @@ fn send_batch(
     for s in batch.drain(..) {
         if !v2 && s.op == Opcode::Write {
             v1_writes.push(s);
-        } else if let Err(e) = expect.send(Expect::Reply(s)) {
-            if let Expect::Reply(s) = e.into_inner() {
+        } else if let Err(e) = expect.send(Expect::Reply(s, vm)) {
+            if let Expect::Reply(s, _) = e.into_inner() {
                 s.done.finish(Err(ErrorKind::Shutdown));
             }
         }
@@ -348,6 +367,8 @@ fn send_batch(
 
 enum ReplyError {
     Rejected,
+    /// The kernel refused the same-host copy: fall back to TCP.
+    VmRefused(std::io::Error),
     Protocol(String),
     Io(std::io::Error),
 }
@@ -357,23 +378,37 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
     let mut broken = true;
     let mut rb = RecvBuf::new(256 << 10);
     while let Ok(msg) = expect.recv() {
-        let slice = match msg {
+        let (slice, vm) = match msg {
             Expect::Conn(s) => {
                 stream = Some(s);
                 broken = false;
                 rb = RecvBuf::new(256 << 10);
                 continue;
             }
-            Expect::Reply(s) => s,
+            Expect::Reply(s, vm) => (s, vm),
         };
         let Some(st) = stream.as_ref().filter(|_| !broken) else {
             sh.fail_or_retry(slice, ErrorKind::Socket, true);
             continue;
         };
-        match read_reply(sh.addr.v2, st, &mut rb, &slice) {
+        let vm_pid = if vm { sh.addr.vm_pid } else { 0 };
+        match read_reply(sh.addr.v2, vm_pid, st, &mut rb, &slice) {
             Ok(()) => {
                 let n = slice.len;
                 slice.done.finish(Ok(n));
+            }
+            Err(ReplyError::VmRefused(e)) => {
+                tw_log!(
+                    Level::Warn,
+                    "same-host path to pid {} refused ({e}); using TCP",
+                    sh.addr.vm_pid
+                );
+                sh.vm_on.store(false, Ordering::Relaxed);
+                if let Err(e) = sh.queue.send(Msg::Work(slice)) {
+                    if let Msg::Work(s) = e.into_inner() {
+                        s.done.finish(Err(ErrorKind::Shutdown));
+                    }
+                }
             }
             Err(ReplyError::Rejected) => {
                 tw_log!(
@@ -428,7 +463,13 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
     }
 }
 
-fn read_reply(v2: bool, stream: &TcpStream, rb: &mut RecvBuf, s: &Slice) -> Result<(), ReplyError> {
+fn read_reply(
+    v2: bool,
+    vm_pid: u32,
+    stream: &TcpStream,
+    rb: &mut RecvBuf,
+    s: &Slice,
+) -> Result<(), ReplyError> {
     let mut r = stream;
     if v2 {
         if !rb.fill(&mut r, STATUS_LEN).map_err(ReplyError::Io)? {
@@ -448,6 +489,22 @@ fn read_reply(v2: bool, stream: &TcpStream, rb: &mut RecvBuf, s: &Slice) -> Resu
                 )));
             }
         }
+    }
+    if vm_pid != 0 {
+        // The owner validated the range; move the bytes with one kernel copy.
+        let read = s.op == Opcode::Read;
+        return match samehost::vm_copy(vm_pid, read, s.local, s.remote, s.len as usize) {
+            Ok(()) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EPERM | libc::ESRCH | libc::ENOSYS)
+                ) =>
+            {
+                Err(ReplyError::VmRefused(e))
+            }
+            Err(e) => Err(ReplyError::Protocol(format!("same-host copy failed: {e}"))),
+        };
     }
     if s.op == Opcode::Read {
         // SAFETY: the local range was checked against the registry at submit time.

@@ -140,7 +140,24 @@ fn serve(stream: &TcpStream, registry: &Registry) -> io::Result<()> {
             return Ok(());
         }
         let h = Header::decode(rb.take(HEADER_LEN).try_into().expect("24 bytes"));
-        if let Err(e) = registry.check(h.addr, h.size, Access::Remote) {
+        let checked = registry.check(h.addr, h.size, Access::Remote);
+        if h.vm {
+            // Same-host path: validate only; the initiator copies. Needs acknowledged framing.
+            if !h.v2 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "validate-only request without v2 framing",
+                ));
+            }
+            let code = if checked.is_ok() {
+                STATUS_OK
+            } else {
+                STATUS_ADDR_REJECTED
+            };
+            out.extend_from_slice(&status_frame(code));
+            continue;
+        }
+        if let Err(e) = checked {
             tw_log!(
                 Level::Warn,
                 "tcp: rejecting {} from {:?}: {e}",

@@ -7,6 +7,9 @@ pub const HEADER_LEN: usize = 24;
 pub const STATUS_LEN: usize = 8;
 /// Opcode flag selecting acknowledged (v2) framing.
 pub const V2_FLAG: u8 = 0x80;
+/// tidewire extension (only sent to peers that publish `tw_version`): validate the range and
+/// answer with a status frame only; the initiator moves the bytes itself (same-host path).
+pub const VM_FLAG: u8 = 0x40;
 /// Magic in the high 32 bits of a status frame.
 pub const STATUS_MAGIC: u32 = 0x4D43_5456;
 /// Status code: OK.
@@ -28,6 +31,8 @@ pub struct Header {
     pub write: bool,
     /// Acknowledged framing.
     pub v2: bool,
+    /// Validate-only (same-host path).
+    pub vm: bool,
 }
 
 impl Header {
@@ -36,7 +41,9 @@ impl Header {
         let mut b = [0u8; HEADER_LEN];
         b[0..8].copy_from_slice(&self.size.to_le_bytes());
         b[8..16].copy_from_slice(&self.addr.to_le_bytes());
-        b[16] = if self.write { OP_WRITE } else { 0 } | if self.v2 { V2_FLAG } else { 0 };
+        b[16] = if self.write { OP_WRITE } else { 0 }
+            | if self.v2 { V2_FLAG } else { 0 }
+            | if self.vm { VM_FLAG } else { 0 };
         b
     }
 
@@ -46,8 +53,9 @@ impl Header {
         Header {
             size: u64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
             addr: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
-            write: (op & !V2_FLAG) == OP_WRITE,
+            write: (op & !(V2_FLAG | VM_FLAG)) == OP_WRITE,
             v2: op & V2_FLAG != 0,
+            vm: op & VM_FLAG != 0,
         }
     }
 }
@@ -80,6 +88,7 @@ mod tests {
             addr: 0xdead_beef_0000,
             write: true,
             v2: true,
+            vm: false,
         };
         let b = h.encode();
         assert_eq!(b[16], 0x81);

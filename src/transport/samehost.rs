@@ -1,0 +1,121 @@
+//! Same-host shortcuts between tidewire engines, negotiated through descriptor keys that
+//! Mooncake ignores (`tw_pid`, `tw_host_id`, `tw_token`, `tw_token_addr`):
+//!
+//! - **In-process**: the peer engine lives in this process. Transfers check the range against the
+//!   *owner's* registry (remote-accessible regions only, exactly as its TCP server would) and
+//!   `memcpy`, with no socket at all.
+//! - **Cross-process** (same boot id, other pid): the owner still validates every range (a
+//!   header with [`VM_FLAG`](super::tcp::wire::VM_FLAG) over the usual lane, answered by a status
+//!   frame and no payload), then the initiator moves the bytes with one
+//!   `process_vm_readv`/`process_vm_writev` copy instead of two socket copies. Before use, the
+//!   initiator reads a random token at a published address of the peer with `process_vm_readv`:
+//!   a wrong process (pid namespaces) or a kernel that refuses cross-process access means plain
+//!   TCP. A later refusal (`EPERM`) turns the shortcut off for that peer and re-sends over TCP.
+
+use crate::memory::Registry;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, Weak};
+
+/// This boot's id (`/proc/sys/kernel/random/boot_id`), empty if unreadable.
+pub fn host_id() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    })
+}
+
+/// A random non-zero token.
+pub fn new_token() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        b = (t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32)).to_le_bytes();
+    }
+    u64::from_le_bytes(b) | 1
+}
+
+fn engines() -> &'static Mutex<HashMap<u64, Weak<Registry>>> {
+    static MAP: OnceLock<Mutex<HashMap<u64, Weak<Registry>>>> = OnceLock::new();
+    MAP.get_or_init(Mutex::default)
+}
+
+/// Makes an engine's registry findable by its token within this process.
+pub fn announce(token: u64, registry: Weak<Registry>) {
+    engines()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(token, registry);
+}
+
+/// Forgets an engine (on shutdown).
+pub fn withdraw(token: u64) {
+    engines()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&token);
+}
+
+/// The registry of an engine of this process with `token`, if it is still alive.
+pub fn find_in_process(token: u64) -> Option<Weak<Registry>> {
+    engines()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&token)
+        .filter(|w| w.strong_count() > 0)
+        .cloned()
+}
+
+/// Copies `len` bytes between our `local` and `remote` in process `pid`. `read` = remote → local.
+/// Returns the OS error on refusal or a short copy.
+pub fn vm_copy(pid: u32, read: bool, local: u64, remote: u64, len: usize) -> std::io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let liov = libc::iovec {
+            iov_base: (local as usize + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        let riov = libc::iovec {
+            iov_base: (remote as usize + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: the local iovec lies in a range registered with this engine (checked at
+        // submit); the remote one was validated by its owner. The kernel checks both and
+        // reports EFAULT instead of touching unmapped memory.
+        let n = unsafe {
+            if read {
+                libc::process_vm_readv(pid as libc::pid_t, &liov, 1, &riov, 1, 0)
+            } else {
+                libc::process_vm_writev(pid as libc::pid_t, &liov, 1, &riov, 1, 0)
+            }
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "process_vm copy made no progress",
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Checks that `pid` is the process that published `token` at `token_addr`.
+pub fn verify_peer(pid: u32, token: u64, token_addr: u64) -> std::io::Result<bool> {
+    let mut got = 0u64;
+    vm_copy(pid, true, &mut got as *mut u64 as u64, token_addr, 8)?;
+    Ok(got == token)
+}
