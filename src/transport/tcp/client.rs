@@ -76,6 +76,8 @@ enum Expect {
     Conn(Arc<TcpStream>),
     /// A reply is due for this slice; `true` when it was sent validate-only (same-host path).
     Reply(Slice, bool),
+    /// The peer is shutting down.
+    Stop,
 }
 
 struct Shared {
@@ -90,6 +92,13 @@ struct Shared {
     cooldown_until: Mutex<Option<Instant>>,
     /// Same-host path in use (turned off for good if the kernel refuses it).
     vm_on: AtomicBool,
+    lanes_tx: Vec<Mutex<LaneTx>>,
+}
+
+impl Shared {
+    fn lane_tx(&self, lane: usize) -> std::sync::MutexGuard<'_, LaneTx> {
+        self.lanes_tx[lane].lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Shared {
@@ -117,13 +126,29 @@ impl Shared {
 pub struct Peer {
     shared: Arc<Shared>,
     rx: Receiver<Msg>,
-    threads: Vec<JoinHandle<()>>,
+    senders: Vec<JoinHandle<()>>,
+    receivers: Vec<JoinHandle<()>>,
 }
+
+/// Requests up to this many bytes in all may be written by the submitting thread itself when a
+/// lane is idle; larger ones are queued so that the lanes share them.
+const INLINE_MAX_BYTES: u64 = 64 << 10;
 
 impl Peer {
     fn start(addr: PeerAddr, cfg: ClientConfig) -> std::io::Result<Peer> {
         let (tx, rx) = unbounded();
         let lanes = cfg.lanes.max(1);
+        let mut expect_rx = Vec::with_capacity(lanes);
+        let mut lanes_tx = Vec::with_capacity(lanes);
+        for _ in 0..lanes {
+            let (etx, erx) = bounded::<Expect>(cfg.max_inflight.max(1));
+            expect_rx.push(erx);
+            lanes_tx.push(Mutex::new(LaneTx {
+                conn: None,
+                headers: Vec::with_capacity(cfg.gather),
+                expect: etx,
+            }));
+        }
         let shared = Arc::new(Shared {
             addr: addr.clone(),
             cfg,
@@ -133,28 +158,29 @@ impl Peer {
             broken: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
             cooldown_until: Mutex::new(None),
             vm_on: AtomicBool::new(addr.vm_pid != 0 && addr.v2),
+            lanes_tx,
         });
-        let mut threads = Vec::with_capacity(2 * lanes);
-        for lane in 0..lanes {
-            let (etx, erx) = bounded::<Expect>(shared.cfg.max_inflight.max(1));
+        let mut peer = Peer {
+            shared: shared.clone(),
+            rx: rx.clone(),
+            senders: Vec::with_capacity(lanes),
+            receivers: Vec::with_capacity(lanes),
+        };
+        for (lane, erx) in expect_rx.into_iter().enumerate() {
             let (sh, q) = (shared.clone(), rx.clone());
-            threads.push(
+            peer.senders.push(
                 std::thread::Builder::new()
                     .name(format!("tw-tcp-lane-{}-tx{lane}", shared.addr.port))
-                    .spawn(move || sender_loop(&sh, lane, &q, &etx))?,
+                    .spawn(move || sender_loop(&sh, lane, &q))?,
             );
             let sh = shared.clone();
-            threads.push(
+            peer.receivers.push(
                 std::thread::Builder::new()
                     .name(format!("tw-tcp-lane-{}-rx{lane}", shared.addr.port))
                     .spawn(move || receiver_loop(&sh, lane, &erx))?,
             );
         }
-        Ok(Peer {
-            shared,
-            rx,
-            threads,
-        })
+        Ok(peer)
     }
 
     /// `"same-host"` while the validated `process_vm_*` path is in use, else `"tcp"`.
@@ -166,7 +192,30 @@ impl Peer {
         }
     }
 
-    /// Queues slices for this peer.
+    /// Sends `slices` from the calling thread when they are small, nothing is queued and a lane
+    /// is idle; queues them for the lanes otherwise.
+    pub fn submit_all(&self, mut slices: Vec<Slice>) {
+        let sh = &self.shared;
+        let bytes: u64 = slices.iter().map(|s| s.len).sum();
+        if bytes <= INLINE_MAX_BYTES && slices.len() <= sh.cfg.gather && sh.queue.is_empty() {
+            for (lane, m) in sh.lanes_tx.iter().enumerate() {
+                let guard = match m.try_lock() {
+                    Ok(g) => Some(g),
+                    Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                    Err(std::sync::TryLockError::WouldBlock) => None,
+                };
+                if let Some(mut tx) = guard {
+                    tx.send(sh, lane, &mut slices);
+                    return;
+                }
+            }
+        }
+        for s in slices {
+            self.submit(s);
+        }
+    }
+
+    /// Queues one slice for the lanes.
     pub fn submit(&self, slice: Slice) {
         if let Err(e) = self.shared.queue.send(Msg::Work(slice)) {
             if let Msg::Work(s) = e.into_inner() {
@@ -193,7 +242,14 @@ impl Drop for Peer {
         {
             let _ = s.shutdown(Shutdown::Both);
         }
-        for t in self.threads.drain(..) {
+        for t in self.senders.drain(..) {
+            let _ = t.join();
+        }
+        // Senders are gone; tell each receiver to finish what it expects and exit.
+        for lane in 0..self.shared.lanes_tx.len() {
+            let _ = self.shared.lane_tx(lane).expect.send(Expect::Stop);
+        }
+        for t in self.receivers.drain(..) {
             let _ = t.join();
         }
         // No thread is left to re-queue: whatever is still queued fails now.
@@ -222,10 +278,8 @@ fn connect(sh: &Shared) -> Result<TcpStream, String> {
     Err(last)
 }
 
-fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>, expect: &Sender<Expect>) {
-    let mut conn: Option<Arc<TcpStream>> = None;
+fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>) {
     let mut batch: Vec<Slice> = Vec::with_capacity(sh.cfg.gather);
-    let mut headers: Vec<[u8; HEADER_LEN]> = Vec::with_capacity(sh.cfg.gather);
     let mut stopping = false;
     while !stopping {
         match queue.recv() {
@@ -242,30 +296,48 @@ fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>, expect: &Sender<
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
+        sh.lane_tx(lane).send(sh, lane, &mut batch);
+    }
+    if let Some(s) = sh.lane_tx(lane).conn.take() {
+        let _ = s.shutdown(Shutdown::Both);
+    }
+}
+
+/// The sending half of a lane. Its lock is held while writing, by the lane's sender thread or
+/// by a submitting thread that found the lane idle (inline send, one thread wake-up less).
+struct LaneTx {
+    conn: Option<Arc<TcpStream>>,
+    headers: Vec<[u8; HEADER_LEN]>,
+    expect: Sender<Expect>,
+}
+
+impl LaneTx {
+    /// Sends `batch` (emptied) on this lane, connecting first if needed.
+    fn send(&mut self, sh: &Shared, lane: usize, batch: &mut Vec<Slice>) {
         // Acquire pairs with the Release in `Peer::drop`.
         if sh.shutdown.load(Ordering::Acquire) {
             batch
                 .drain(..)
                 .for_each(|s| s.done.finish(Err(ErrorKind::Shutdown)));
-            continue;
+            return;
         }
         // Acquire pairs with the receiver's Release when it marks the connection broken.
         if sh.broken[lane].swap(false, Ordering::Acquire) {
-            if let Some(old) = conn.take() {
+            if let Some(old) = self.conn.take() {
                 let _ = old.shutdown(Shutdown::Both);
             }
         }
-        if conn.is_none() {
-            conn = open_lane(sh, lane, expect);
-            if conn.is_none() {
+        if self.conn.is_none() {
+            self.conn = open_lane(sh, lane, &self.expect);
+            if self.conn.is_none() {
                 batch
                     .drain(..)
                     .for_each(|s| s.done.finish(Err(ErrorKind::Socket)));
-                continue;
+                return;
             }
         }
-        let stream = conn.as_ref().expect("connected").clone();
-        if let Err(e) = send_batch(sh, &stream, &mut batch, &mut headers, expect) {
+        let stream = self.conn.as_ref().expect("connected").clone();
+        if let Err(e) = send_batch(sh, &stream, batch, &mut self.headers, &self.expect) {
             tw_log!(
                 Level::Warn,
                 "tcp lane to {}:{}: send failed: {e}",
@@ -274,11 +346,8 @@ fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>, expect: &Sender<
             );
             // The receiver sees the shutdown and fails or re-sends what it was expecting.
             let _ = stream.shutdown(Shutdown::Both);
-            conn = None;
+            self.conn = None;
         }
-    }
-    if let Some(s) = conn {
-        let _ = s.shutdown(Shutdown::Both);
     }
 }
 
@@ -386,6 +455,7 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
                 continue;
             }
             Expect::Reply(s, vm) => (s, vm),
+            Expect::Stop => break,
         };
         let Some(st) = stream.as_ref().filter(|_| !broken) else {
             sh.fail_or_retry(slice, ErrorKind::Socket, true);
