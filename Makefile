@@ -28,13 +28,48 @@ test: build rust-test c-tests py-tests interop
 rust-test:
 	$(CARGO) test --release
 
+## C tests: each c_tests/test_*.c against the shared library (test_*dlopen* loads it at run
+## time instead), test_native_api once more linked statically, and the header compiled as C++.
 c-tests: build
 	@mkdir -p $(BUILD_C)
-	@set -e; for src in c_tests/test_*.c; do \
-	  name=$$(basename $$src .c); \
-	  gcc $(CFLAGS_TEST) $$src -o $(BUILD_C)/$$name -L$(PROFILE_DIR) -ltidewire -ldl -lpthread -Wl,-rpath,$$PWD/$(PROFILE_DIR); \
-	done
-	@set -e; for t in $(BUILD_C)/test_*; do echo "== $$t"; TIDEWIRE_LIB=$$PWD/$(LIB) $$t; done
+	@set -e; bins=""; \
+	for src in c_tests/test_*.c; do \
+	  name=$$(basename $$src .c); out=$(BUILD_C)/$$name; \
+	  case $$name in \
+	    *dlopen*) gcc $(CFLAGS_TEST) $$src -o $$out -ldl ;; \
+	    *) gcc $(CFLAGS_TEST) $$src -o $$out -L$(PROFILE_DIR) -ltidewire -ldl -lpthread -Wl,-rpath,$$PWD/$(PROFILE_DIR) ;; \
+	  esac; \
+	  bins="$$bins $$out"; \
+	done; \
+	gcc $(CFLAGS_TEST) c_tests/test_native_api.c -o $(BUILD_C)/test_native_api_static $(PROFILE_DIR)/libtidewire.a -lpthread -ldl -lm; \
+	g++ -std=c++17 -Wall -Wextra -Werror -pedantic -g -Iinclude c_tests/header_cxx.cpp -o $(BUILD_C)/header_cxx -L$(PROFILE_DIR) -ltidewire -Wl,-rpath,$$PWD/$(PROFILE_DIR); \
+	fail=0; \
+	for t in $$bins $(BUILD_C)/test_native_api_static $(BUILD_C)/header_cxx; do \
+	  echo "== $$t"; TIDEWIRE_LIB=$$PWD/$(LIB) timeout 120 $$t || { echo "FAILED: $$t"; fail=1; }; \
+	done; \
+	exit $$fail
+
+## Builds and runs every example: examples/c/*.c, examples/cpp/*.cpp, examples/python/*.py.
+examples: build
+	@mkdir -p target/examples
+	@set -e; bins=""; \
+	for src in examples/c/*.c; do \
+	  out=target/examples/$$(basename $$src .c); \
+	  gcc $(CFLAGS_TEST) $$src -o $$out -L$(PROFILE_DIR) -ltidewire -Wl,-rpath,$$PWD/$(PROFILE_DIR); \
+	  bins="$$bins $$out"; \
+	done; \
+	for src in examples/cpp/*.cpp; do \
+	  out=target/examples/$$(basename $$src .cpp)_cpp; \
+	  g++ -std=c++17 -Wall -Wextra -Werror -pedantic -g -Iinclude $$src -o $$out -L$(PROFILE_DIR) -ltidewire -Wl,-rpath,$$PWD/$(PROFILE_DIR); \
+	  bins="$$bins $$out"; \
+	done; \
+	for b in $$bins; do echo "== $$b"; timeout 60 $$b; done; \
+	py=$(PY); [ -x "$$py" ] || py=python3; \
+	for src in examples/python/*.py; do \
+	  [ -e "$$src" ] || continue; \
+	  echo "== $$src"; TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python timeout 60 $$py $$src; \
+	done; \
+	echo "make examples: all examples ran"
 
 venv:
 	scripts/setup_mooncake_venv.sh

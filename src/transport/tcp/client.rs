@@ -4,9 +4,10 @@
 //! (pipelining); the receiver reads replies in order, straight into READ destinations.
 //!
 //! Failure rules: a slice whose reply says "rejected" fails as `Rejected`; a slice lost to a
-//! broken connection (peer reset, a previous request's rejection closing the stream) is re-sent
-//! once on a fresh connection, then fails as `Socket`; a peer that refuses connections fails
-//! queued slices at once and is not retried for `cooldown`.
+//! broken connection (peer reset) is re-sent once on a fresh connection, then fails as `Socket`;
+//! a slice lost because a rejected v2 WRITE ahead of it made the server close the stream is
+//! re-sent without using that retry (each rejection is final, so this is bounded); a peer that
+//! refuses connections fails queued slices at once and is not retried for `cooldown`.
 
 use super::net::{RecvBuf, send_all};
 use super::wire::{HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_LEN, STATUS_OK, parse_status};
@@ -119,6 +120,21 @@ impl Shared {
             return;
         }
         s.done.finish(Err(kind));
+    }
+
+    /// Re-queues `s` without using its retry: it was never executed because a rejected WRITE
+    /// ahead of it ended the connection.
+    fn resend(&self, s: Slice) {
+        // Acquire pairs with the Release in `Peer::drop`.
+        if self.shutdown.load(Ordering::Acquire) {
+            s.done.finish(Err(ErrorKind::Shutdown));
+            return;
+        }
+        if let Err(e) = self.queue.send(Msg::Work(s)) {
+            if let Msg::Work(s) = e.into_inner() {
+                s.done.finish(Err(ErrorKind::Shutdown));
+            }
+        }
     }
 }
 
@@ -445,12 +461,15 @@ enum ReplyError {
 fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
     let mut stream: Option<Arc<TcpStream>> = None;
     let mut broken = true;
+    // The current stream was ended by the server after rejecting a WRITE.
+    let mut ended_by_reject = false;
     let mut rb = RecvBuf::new(256 << 10);
     while let Ok(msg) = expect.recv() {
         let (slice, vm) = match msg {
             Expect::Conn(s) => {
                 stream = Some(s);
                 broken = false;
+                ended_by_reject = false;
                 rb = RecvBuf::new(256 << 10);
                 continue;
             }
@@ -458,7 +477,11 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
             Expect::Stop => break,
         };
         let Some(st) = stream.as_ref().filter(|_| !broken) else {
-            sh.fail_or_retry(slice, ErrorKind::Socket, true);
+            if ended_by_reject {
+                sh.resend(slice);
+            } else {
+                sh.fail_or_retry(slice, ErrorKind::Socket, true);
+            }
             continue;
         };
         let vm_pid = if vm { sh.addr.vm_pid } else { 0 };
@@ -489,6 +512,15 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
                     slice.remote,
                     slice.len
                 );
+                if slice.op == Opcode::Write {
+                    // The server closes the stream after refusing a WRITE (its payload cannot
+                    // be skipped), so nothing behind this slice was executed: resend it all.
+                    broken = true;
+                    ended_by_reject = true;
+                    // Release pairs with the sender's Acquire swap.
+                    sh.broken[lane].store(true, Ordering::Release);
+                    let _ = st.shutdown(Shutdown::Both);
+                }
                 slice.done.finish(Err(ErrorKind::Rejected));
             }
             Err(ReplyError::Protocol(m)) => {
