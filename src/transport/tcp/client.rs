@@ -5,9 +5,11 @@
 //!
 //! Failure rules: a slice whose reply says "rejected" fails as `Rejected`; a slice lost to a
 //! broken connection (peer reset) is re-sent once on a fresh connection, then fails as `Socket`;
-//! a slice lost because a rejected v2 WRITE ahead of it made the server close the stream is
-//! re-sent without using that retry (each rejection is final, so this is bounded); a peer that
-//! refuses connections fails queued slices at once and is not retried for `cooldown`.
+//! a slice lost because a rejection ahead of it made the server close the stream (Mooncake
+//! closes after any rejection, tidewire after a rejected WRITE) is re-sent without using that
+//! retry (each rejection is final, so this is bounded); a peer that refuses connections fails
+//! queued slices at once and is not retried for `cooldown`. A lane reconnects only when the
+//! connection its receiver found broken is still the current one (generation numbers).
 
 use super::net::{RecvBuf, send_all};
 use super::wire::{HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_LEN, STATUS_OK, parse_status};
@@ -20,7 +22,7 @@ use std::collections::HashMap;
 use std::io::IoSlice;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -74,7 +76,8 @@ enum Msg {
 }
 
 enum Expect {
-    Conn(Arc<TcpStream>),
+    /// Replies now come on this stream (with its generation).
+    Conn(Arc<TcpStream>, u64),
     /// A reply is due for this slice; `true` when it was sent validate-only (same-host path).
     Reply(Slice, bool),
     /// The peer is shutting down.
@@ -87,9 +90,9 @@ struct Shared {
     queue: Sender<Msg>,
     shutdown: AtomicBool,
     streams: Mutex<Vec<Option<Arc<TcpStream>>>>,
-    /// Per lane: set by the receiver when the lane's connection broke, so the sender reconnects
-    /// before sending more.
-    broken: Vec<AtomicBool>,
+    /// Per lane: generation of the connection the receiver found broken (0 = none), so the
+    /// sender reconnects before sending more, and only if that is still its connection.
+    broken: Vec<AtomicU64>,
     cooldown_until: Mutex<Option<Instant>>,
     /// Same-host path in use (turned off for good if the kernel refuses it).
     vm_on: AtomicBool,
@@ -98,7 +101,9 @@ struct Shared {
 
 impl Shared {
     fn lane_tx(&self, lane: usize) -> std::sync::MutexGuard<'_, LaneTx> {
-        self.lanes_tx[lane].lock().unwrap_or_else(|e| e.into_inner())
+        self.lanes_tx[lane]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -161,6 +166,7 @@ impl Peer {
             expect_rx.push(erx);
             lanes_tx.push(Mutex::new(LaneTx {
                 conn: None,
+                generation: 0,
                 headers: Vec::with_capacity(cfg.gather),
                 expect: etx,
             }));
@@ -171,7 +177,7 @@ impl Peer {
             queue: tx,
             shutdown: AtomicBool::new(false),
             streams: Mutex::new(vec![None; lanes]),
-            broken: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
+            broken: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
             cooldown_until: Mutex::new(None),
             vm_on: AtomicBool::new(addr.vm_pid != 0 && addr.v2),
             lanes_tx,
@@ -323,6 +329,8 @@ fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>) {
 /// by a submitting thread that found the lane idle (inline send, one thread wake-up less).
 struct LaneTx {
     conn: Option<Arc<TcpStream>>,
+    /// Generation of `conn` (counts connections made by this lane, from 1).
+    generation: u64,
     headers: Vec<[u8; HEADER_LEN]>,
     expect: Sender<Expect>,
 }
@@ -337,14 +345,15 @@ impl LaneTx {
                 .for_each(|s| s.done.finish(Err(ErrorKind::Shutdown)));
             return;
         }
-        // Acquire pairs with the receiver's Release when it marks the connection broken.
-        if sh.broken[lane].swap(false, Ordering::Acquire) {
+        // Acquire pairs with the receiver's Release when it marks a connection broken.
+        if self.conn.is_some() && sh.broken[lane].load(Ordering::Acquire) == self.generation {
             if let Some(old) = self.conn.take() {
                 let _ = old.shutdown(Shutdown::Both);
             }
         }
         if self.conn.is_none() {
-            self.conn = open_lane(sh, lane, &self.expect);
+            self.generation += 1;
+            self.conn = open_lane(sh, lane, self.generation, &self.expect);
             if self.conn.is_none() {
                 batch
                     .drain(..)
@@ -367,7 +376,12 @@ impl LaneTx {
     }
 }
 
-fn open_lane(sh: &Shared, lane: usize, expect: &Sender<Expect>) -> Option<Arc<TcpStream>> {
+fn open_lane(
+    sh: &Shared,
+    lane: usize,
+    generation: u64,
+    expect: &Sender<Expect>,
+) -> Option<Arc<TcpStream>> {
     let mut cd = sh.cooldown_until.lock().unwrap_or_else(|e| e.into_inner());
     if cd.is_some_and(|t| Instant::now() < t) {
         return None;
@@ -379,7 +393,7 @@ fn open_lane(sh: &Shared, lane: usize, expect: &Sender<Expect>) -> Option<Arc<Tc
             let s = Arc::new(s);
             sh.streams.lock().unwrap_or_else(|e| e.into_inner())[lane] = Some(s.clone());
             // The receiver switches to the new stream before any reply on it is expected.
-            expect.send(Expect::Conn(s.clone())).ok()?;
+            expect.send(Expect::Conn(s.clone(), generation)).ok()?;
             Some(s)
         }
         Err(e) => {
@@ -459,30 +473,38 @@ enum ReplyError {
 }
 
 fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
-    let mut stream: Option<Arc<TcpStream>> = None;
+    let mut stream: Option<(Arc<TcpStream>, u64)> = None;
     let mut broken = true;
-    // The current stream was ended by the server after rejecting a WRITE.
-    let mut ended_by_reject = false;
+    // A request on the current stream was rejected: a Mooncake server closes the stream after
+    // any rejection (ours after a rejected WRITE), so requests behind it were never executed
+    // and are re-sent without using their one retry. Each rejection is final, so this is bounded.
+    let mut after_reject = false;
     let mut rb = RecvBuf::new(256 << 10);
     while let Ok(msg) = expect.recv() {
         let (slice, vm) = match msg {
-            Expect::Conn(s) => {
-                stream = Some(s);
+            Expect::Conn(s, generation) => {
+                stream = Some((s, generation));
                 broken = false;
-                ended_by_reject = false;
+                after_reject = false;
                 rb = RecvBuf::new(256 << 10);
                 continue;
             }
             Expect::Reply(s, vm) => (s, vm),
             Expect::Stop => break,
         };
-        let Some(st) = stream.as_ref().filter(|_| !broken) else {
-            if ended_by_reject {
+        let Some((st, generation)) = stream.as_ref().filter(|_| !broken) else {
+            if after_reject {
                 sh.resend(slice);
             } else {
                 sh.fail_or_retry(slice, ErrorKind::Socket, true);
             }
             continue;
+        };
+        let end_stream = || {
+            // Release pairs with the sender's Acquire load: it reconnects only if this is still
+            // its current connection.
+            sh.broken[lane].store(*generation, Ordering::Release);
+            let _ = st.shutdown(Shutdown::Both);
         };
         let vm_pid = if vm { sh.addr.vm_pid } else { 0 };
         match read_reply(sh.addr.v2, vm_pid, st, &mut rb, &slice) {
@@ -497,11 +519,7 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
                     sh.addr.vm_pid
                 );
                 sh.vm_on.store(false, Ordering::Relaxed);
-                if let Err(e) = sh.queue.send(Msg::Work(slice)) {
-                    if let Msg::Work(s) = e.into_inner() {
-                        s.done.finish(Err(ErrorKind::Shutdown));
-                    }
-                }
+                sh.resend(slice);
             }
             Err(ReplyError::Rejected) => {
                 tw_log!(
@@ -512,14 +530,11 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
                     slice.remote,
                     slice.len
                 );
+                after_reject = true;
                 if slice.op == Opcode::Write {
-                    // The server closes the stream after refusing a WRITE (its payload cannot
-                    // be skipped), so nothing behind this slice was executed: resend it all.
+                    // The payload that follows cannot be skipped: the stream is over.
                     broken = true;
-                    ended_by_reject = true;
-                    // Release pairs with the sender's Acquire swap.
-                    sh.broken[lane].store(true, Ordering::Release);
-                    let _ = st.shutdown(Shutdown::Both);
+                    end_stream();
                 }
                 slice.done.finish(Err(ErrorKind::Rejected));
             }
@@ -531,9 +546,7 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
                     sh.addr.port
                 );
                 broken = true;
-                // Release pairs with the sender's Acquire swap.
-                sh.broken[lane].store(true, Ordering::Release);
-                let _ = st.shutdown(Shutdown::Both);
+                end_stream();
                 slice.done.finish(Err(ErrorKind::Protocol));
             }
             Err(ReplyError::Io(e)) => {
@@ -541,25 +554,27 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 );
-                tw_log!(
-                    Level::Warn,
-                    "tcp: connection to {}:{} lost: {e}",
-                    sh.addr.host,
-                    sh.addr.port
-                );
                 broken = true;
-                // Release pairs with the sender's Acquire swap.
-                sh.broken[lane].store(true, Ordering::Release);
-                let _ = st.shutdown(Shutdown::Both);
-                sh.fail_or_retry(
-                    slice,
-                    if timed_out {
-                        ErrorKind::Timeout
-                    } else {
-                        ErrorKind::Socket
-                    },
-                    !timed_out,
-                );
+                end_stream();
+                if timed_out {
+                    tw_log!(
+                        Level::Warn,
+                        "tcp: {}:{} did not answer in time",
+                        sh.addr.host,
+                        sh.addr.port
+                    );
+                    slice.done.finish(Err(ErrorKind::Timeout));
+                } else if after_reject {
+                    sh.resend(slice);
+                } else {
+                    tw_log!(
+                        Level::Warn,
+                        "tcp: connection to {}:{} lost: {e}",
+                        sh.addr.host,
+                        sh.addr.port
+                    );
+                    sh.fail_or_retry(slice, ErrorKind::Socket, true);
+                }
             }
         }
     }
