@@ -47,6 +47,9 @@ c-tests: build
 	for t in $$bins $(BUILD_C)/test_native_api_static $(BUILD_C)/header_cxx; do \
 	  echo "== $$t"; TIDEWIRE_LIB=$$PWD/$(LIB) timeout 120 $$t || { echo "FAILED: $$t"; fail=1; }; \
 	done; \
+	for t in $(BUILD_C)/test_native_api $(BUILD_C)/test_native_scatter; do \
+	  echo "== $$t (TCP only: TW_SAME_HOST=0)"; TW_SAME_HOST=0 TIDEWIRE_LIB=$$PWD/$(LIB) timeout 120 $$t || { echo "FAILED: $$t (TCP only)"; fail=1; }; \
+	done; \
 	exit $$fail
 
 ## Builds and runs every example: examples/c/*.c, examples/cpp/*.cpp, examples/python/*.py.
