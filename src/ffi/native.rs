@@ -6,6 +6,11 @@
 //! thread's last failure. Every engine function takes `const tw_engine *` and may be called from
 //! any thread at the same time. Strings passed in are copied; none is retained after the call.
 
+#![allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "C entry points: each documents its pointer contract and checks NULL; callers are C"
+)]
+
 use super::status::{
     self, TW_ERR_BUFFER_TOO_SMALL, TW_ERR_NULL_ARGUMENT, TW_ERR_PANIC, TW_OK, tw_result,
 };
@@ -317,10 +322,10 @@ pub extern "C" fn tw_memory_register(
         if addr.is_null() {
             return status::fail(&null("addr"));
         }
-        // SAFETY: NULL or a C string.
         let loc = if location.is_null() {
             "*"
         } else {
+            // SAFETY: a NUL-terminated C string per the API contract.
             check!(unsafe { str_arg(location, "location") })
         };
         check!(e.register_memory(addr as u64, length as u64, loc, remote_accessible));
@@ -353,10 +358,10 @@ pub extern "C" fn tw_memory_register_batch(
         let e = check!(self::engine(engine));
         // SAFETY: `count` elements per the API contract.
         let bufs = check!(unsafe { slice_arg(buffers, count, "buffers") });
-        // SAFETY: NULL or a C string.
         let loc = if location.is_null() {
             "*"
         } else {
+            // SAFETY: a NUL-terminated C string per the API contract.
             check!(unsafe { str_arg(location, "location") })
         };
         let ranges: Vec<(u64, u64)> = bufs

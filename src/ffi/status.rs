@@ -132,6 +132,10 @@ pub extern "C" fn tw_result_str(code: tw_result) -> *const c_char {
 /// NULL when `len` is 0, to query the size. The message is set by the last failing `tw_*` call
 /// on this thread and is empty before any failure. Thread-safe (per-thread state).
 #[unsafe(no_mangle)]
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "C entry point; the buffer contract is documented above"
+)]
 pub extern "C" fn tw_last_error_message(buf: *mut c_char, len: usize) -> usize {
     super::ffi_boundary!(0, {
         LAST_ERROR.with(|l| {
