@@ -92,7 +92,18 @@ impl Engine {
     /// Starts an engine: binds the RPC and data listeners, starts their threads and, with an HTTP
     /// metadata server, publishes this segment.
     pub fn new(cfg: Config) -> Result<Engine> {
-        let (host, _) = crate::metadata::parse_host_port(&cfg.local_server_name, 0)?;
+        // P2P: the name's host is advertised. Metadata-server mode: the name is just a key, so
+        // (as Mooncake) advertise the bind address, else the first up non-loopback IPv4.
+        let host = if cfg.is_p2p() {
+            crate::metadata::parse_host_port(&cfg.local_server_name, 0)?.0
+        } else if !cfg.bind_address.is_empty() {
+            cfg.bind_address.clone()
+        } else {
+            crate::metadata::first_lan_ipv4().unwrap_or_else(|| "127.0.0.1".to_string())
+        };
+        if cfg.local_server_name.trim().is_empty() {
+            return fail(ErrorKind::InvalidArgument, "local_server_name is empty");
+        }
         let bind_host = if cfg.bind_address.is_empty() {
             host.clone()
         } else {

@@ -62,6 +62,39 @@ pub fn join_host_port(host: &str, port: u16) -> String {
     }
 }
 
+/// The first up, non-loopback IPv4 address of this host (Mooncake's choice of RPC address in
+/// metadata-server mode), if any.
+pub fn first_lan_ipv4() -> Option<String> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() && found.is_none() {
+        // SAFETY: `cur` is a node of the list returned by getifaddrs, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        let flags = ifa.ifa_flags as libc::c_int;
+        let usable = flags & libc::IFF_UP != 0
+            && flags & libc::IFF_RUNNING != 0
+            && flags & libc::IFF_LOOPBACK == 0;
+        // SAFETY: a non-NULL ifa_addr points at a sockaddr whose family says its real type.
+        if usable
+            && !ifa.ifa_addr.is_null()
+            && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET
+        {
+            // SAFETY: the family is AF_INET, so this is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)).to_string());
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
 /// Resolves `host:port` to socket addresses (IPv4 first).
 pub fn resolve(host: &str, port: u16) -> Result<Vec<std::net::SocketAddr>> {
     use std::net::ToSocketAddrs;

@@ -19,6 +19,8 @@ Commands (see the replies in the handlers below):
   alloc {size, fill?}                  mmap + fill + register_memory
   free {addr}                          unregister_memory + munmap
   pattern {addr, size, seed}           byte i = (i*31 + seed*7 + 11) & 0xff
+  fill_random {addr, size, seed}       random.Random(seed).randbytes(size)
+  fill {addr, size, value}             memset
   digest {addr, size}                  sha256 of local memory
   check_pattern {addr, size, seed}
   write|read {target, local, remote, length}
@@ -26,9 +28,14 @@ Commands (see the replies in the handlers below):
   notify {target, name, msg, local, remote, length}
                                        transfer_sync WRITE with TransferNotify
   get_notifies
+  first_buffer {segment}               get_first_buffer_address
+  probe {segment}                      send_probe
   unregister {addr}
   ping
   quit
+
+--impl tidewire drives tidewire.engine.TransferEngine (same methods) instead, so the
+same driver runs a tidewire engine in its own process.
 """
 
 import argparse
@@ -37,6 +44,7 @@ import ctypes.util
 import hashlib
 import json
 import os
+import random
 import sys
 import time
 import traceback
@@ -165,6 +173,22 @@ class Peer:
         ctypes.memmove(addr, self._pattern(size, seed), size)
         return {"ok": True}
 
+    def cmd_fill_random(self, cmd):
+        addr, size = self._int(cmd, "addr"), self._int(cmd, "size")
+        seed = self._int(cmd, "seed", -(1 << 62))
+        self._check_local(addr, size)
+        ctypes.memmove(addr, random.Random(seed).randbytes(size), size)
+        return {"ok": True}
+
+    def cmd_fill(self, cmd):
+        addr, size = self._int(cmd, "addr"), self._int(cmd, "size")
+        value = self._int(cmd, "value")
+        if value > 255:
+            raise CommandError("field 'value' must be 0..255")
+        self._check_local(addr, size)
+        ctypes.memset(addr, value, size)
+        return {"ok": True}
+
     def cmd_digest(self, cmd):
         addr, size = self._int(cmd, "addr"), self._int(cmd, "size")
         self._check_local(addr, size)
@@ -231,6 +255,13 @@ class Peer:
         return {"ok": True,
                 "notifies": [{"name": n.name, "msg": n.msg} for n in self.engine.get_notifies()]}
 
+    def cmd_first_buffer(self, cmd):
+        return {"ok": True,
+                "addr": self.engine.get_first_buffer_address(self._str(cmd, "segment"))}
+
+    def cmd_probe(self, cmd):
+        return {"ok": True, "rc": self.engine.send_probe(self._str(cmd, "segment"))}
+
     def handle(self, line):
         try:
             cmd = json.loads(line)
@@ -266,6 +297,8 @@ def main():
                          "required otherwise)")
     ap.add_argument("--protocol", default="tcp")
     ap.add_argument("--device", default="")
+    ap.add_argument("--impl", choices=("mooncake", "tidewire"), default="mooncake",
+                    help="engine module: mooncake.engine or tidewire.engine")
     ap.add_argument("--bind-address", default="127.0.0.1",
                     help="with a metadata server: IP published in rpc_meta, via "
                          "MC_TCP_BIND_ADDRESS unless that is already set (Mooncake "
@@ -283,7 +316,10 @@ def main():
         os.environ.setdefault("MC_TCP_BIND_ADDRESS", args.bind_address)
 
     try:
-        import mooncake.engine as mod
+        if args.impl == "tidewire":
+            import tidewire.engine as mod
+        else:
+            import mooncake.engine as mod
         engine = mod.TransferEngine()
         rc = engine.initialize(local_hostname, args.metadata, args.protocol, args.device)
     except Exception as e:
