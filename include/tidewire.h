@@ -523,6 +523,67 @@ tw_result tw_batch_submit_with_notify(const struct tw_engine *engine,
 tw_result tw_engine_probe(const struct tw_engine *engine, const char *name);
 
 /*
+ Whether CUDA memory can be used: `TW_OK` with the device count in `*devices_out` (may be
+ NULL), or `TW_ERR_UNSUPPORTED` when no CUDA driver or device is found (the detail says which;
+ CPU transfers are unaffected). Loads the driver on first call: `libcuda.so.1`, or the path in
+ the environment variable `TW_CUDA_LIB`.
+ */
+tw_result tw_gpu_available(int32_t *devices_out);
+
+/*
+ Copies the location of the registered region containing `addr` (`"cuda:N"` or `"cpu:N"`;
+ `"*"` registrations are resolved at registration) into `buf` (`len` bytes, NUL included).
+ `TW_ERR_ADDRESS_NOT_REGISTERED` when no region contains it; `TW_ERR_BUFFER_TOO_SMALL` when
+ it does not fit (nothing written).
+ */
+tw_result tw_memory_location(const struct tw_engine *engine,
+                             const void *addr,
+                             char *buf,
+                             size_t len);
+
+/*
+ Stream-ordered transfer: enqueues `count` requests on the CUDA stream `stream` (a
+ `CUstream`/`cudaStream_t`; NULL = the legacy default stream). The batch is submitted when the
+ stream reaches this point, and work enqueued on the stream afterwards waits until every
+ request has finished (via `cuStreamWaitValue32`; a blocking host function where stream memory
+ operations are unavailable). A failure never stops the process and never blocks the stream
+ forever: the stream goes on and the failure is reported by `tw_stream_op_status`/`_wait`.
+
+ Segments and local ranges are validated now (errors returned here, nothing enqueued); later
+ failures (peer rejection, socket, GPU copy) go to the operation's status. With `op_out`
+ non-NULL, an operation id is written there: query it with `tw_stream_op_status`, wait with
+ `tw_stream_op_wait`, release it with `tw_stream_op_free`. With `op_out` NULL the operation
+ frees itself and failures are only logged. `TW_ERR_UNSUPPORTED` without a CUDA driver.
+ */
+tw_result tw_transfer_on_stream(const struct tw_engine *engine,
+                                const struct tw_transfer_request *requests,
+                                size_t count,
+                                void *stream,
+                                uint64_t *op_out);
+
+/*
+ Writes the status of a stream-ordered operation to `*status_out`: `TW_TASK_WAITING` until
+ the stream reached it and it finished, then `TW_TASK_COMPLETED` or `TW_TASK_FAILED` with the
+ reason in `result`. Cheap.
+ */
+tw_result tw_stream_op_status(const struct tw_engine *engine,
+                              uint64_t op,
+                              struct tw_transfer_status *status_out);
+
+/*
+ Blocks (without spinning) until the stream-ordered operation finished, or `timeout_ms`
+ passes (negative = no limit): `TW_OK`, the transfer's error (detail in
+ `tw_last_error_message`), or `TW_ERR_TIMEOUT` (nothing is cancelled).
+ */
+tw_result tw_stream_op_wait(const struct tw_engine *engine, uint64_t op, int64_t timeout_ms);
+
+/*
+ Frees a finished stream-ordered operation. `TW_ERR_BUSY` while it has not finished (it
+ stays valid); `TW_ERR_INVALID_ID` for an unknown or freed id.
+ */
+tw_result tw_stream_op_free(const struct tw_engine *engine, uint64_t op);
+
+/*
  Static name of a result code (`"TW_OK"`, `"TW_ERR_TIMEOUT"`, ...; `"TW_ERR_UNKNOWN"` for
  numbers this version does not define). Never NULL; the string lives forever.
  */

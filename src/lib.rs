@@ -10,6 +10,7 @@ pub mod log;
 pub mod engine;
 pub mod error;
 pub mod ffi;
+pub mod gpu;
 pub mod memory;
 pub mod metadata;
 pub mod transport;

@@ -2,7 +2,7 @@
 //! wakes waiters when the last slice of the batch completes (no busy spin, no lost wake-up).
 
 use crate::error::{Error, ErrorKind};
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -53,15 +53,17 @@ impl Latch {
         self.pending.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Marks one unit done.
-    pub fn done(&self) {
+    /// Marks one unit done. Returns `true` for the unit that made the latch idle.
+    pub fn done(&self) -> bool {
         // AcqRel: the last finisher sees every other finisher's writes, and the waiter's Acquire
         // load below sees ours.
         if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
             // Taking the lock orders this notify after a waiter's check-then-wait.
             drop(self.lock.lock().unwrap_or_else(|e| e.into_inner()));
             self.cv.notify_all();
+            return true;
         }
+        false
     }
 
     /// True when nothing is outstanding.
@@ -114,7 +116,13 @@ pub struct Batch {
     pub(crate) submit_lock: Mutex<()>,
     latch: Latch,
     pub(crate) notify: Mutex<Option<PendingNotify>>,
+    /// Run once by whoever sees the batch go idle (stream-ordered transfers); `has_on_idle`
+    /// keeps the common case to one relaxed load.
+    on_idle: Mutex<Option<OnIdle>>,
+    has_on_idle: AtomicBool,
 }
+
+type OnIdle = Box<dyn FnOnce() + Send>;
 
 impl Batch {
     /// A batch able to hold `capacity` tasks in all.
@@ -125,6 +133,8 @@ impl Batch {
             submit_lock: Mutex::new(()),
             latch: Latch::default(),
             notify: Mutex::new(None),
+            on_idle: Mutex::new(None),
+            has_on_idle: AtomicBool::new(false),
         }
     }
 
@@ -176,7 +186,25 @@ impl Batch {
         }
         // Release publishes the bytes/error above to whoever Acquires `pending == 0`.
         t.pending.fetch_sub(1, Ordering::Release);
-        self.latch.done();
+        // Relaxed: the hook is installed before any slice is dispatched (submit publishes it).
+        if self.latch.done() && self.has_on_idle.load(Ordering::Relaxed) {
+            self.run_on_idle();
+        }
+    }
+
+    /// Installs `f`, to run once when the batch goes idle. Install before submitting, then call
+    /// [`Batch::run_on_idle`] if the batch is already idle after the submit (nothing in flight).
+    pub(crate) fn set_on_idle(&self, f: OnIdle) {
+        *self.on_idle.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+        self.has_on_idle.store(true, Ordering::Relaxed);
+    }
+
+    /// Runs the idle hook if it is still installed (at most once overall).
+    pub(crate) fn run_on_idle(&self) {
+        let f = self.on_idle.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(f) = f {
+            f();
+        }
     }
 
     /// Status of task `index` (must be `< len()`).

@@ -7,6 +7,7 @@ pub mod config;
 pub mod ids;
 pub mod scatter;
 pub mod segments;
+pub mod stream;
 pub mod transfer;
 
 pub use batch::{TaskState, TaskStatus};
@@ -244,6 +245,21 @@ impl Engine {
         self.inner.registry.unregister(addr)?;
         self.inner.publish_logged();
         Ok(())
+    }
+
+    /// Location of the registered region containing `addr` (`"cuda:N"`, `"cpu:N"`, or what was
+    /// given at registration).
+    pub fn memory_location(&self, addr: u64) -> Result<String> {
+        self.inner
+            .registry
+            .region_of(addr)
+            .map(|r| r.location)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::AddressNotRegistered,
+                    format!("{addr:#x} is not inside a registered region"),
+                )
+            })
     }
 
     /// Unregisters every address; returns the first error after trying them all.

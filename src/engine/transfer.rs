@@ -224,9 +224,11 @@ impl Inner {
             let t = self
                 .target(r.segment, &mut cache)
                 .map_err(|e| Error::new(e.kind(), format!("request {i}: {}", e.message())))?;
+            let mut gpu = None;
             if r.len > 0 {
-                self.registry
-                    .check(r.local, r.len, Access::Local)
+                gpu = self
+                    .registry
+                    .check_place(r.local, r.len, Access::Local)
                     .map_err(|e| {
                         Error::new(e.kind(), format!("request {i}: local {}", e.message()))
                     })?;
@@ -246,7 +248,7 @@ impl Inner {
                     );
                 }
             }
-            targets.push(t);
+            targets.push((t, gpu));
         }
         let slice = self.cfg.slice_size.max(1);
         for (i, r) in reqs.iter().enumerate() {
@@ -254,7 +256,7 @@ impl Inner {
             batch.prepare_task(start + i, n as u32);
         }
         batch.publish(start + reqs.len());
-        for (i, (r, t)) in reqs.iter().zip(targets).enumerate() {
+        for (i, (r, (t, gpu))) in reqs.iter().zip(targets).enumerate() {
             let task = (start + i) as u32;
             match t {
                 Target::Local => {
@@ -298,6 +300,8 @@ impl Inner {
                         off += n;
                     }
                 }
+                // RDMA (not built here) must decide the same way: a region with `gpu.is_some()`
+                // needs a GPUDirect/dma-buf memory region, or staging as TCP does it.
                 Target::Tcp(peer) => {
                     let mut off = 0;
                     while off < r.len {
@@ -307,6 +311,7 @@ impl Inner {
                             local: r.local + off,
                             remote: r.remote + off,
                             len: n,
+                            gpu,
                             retries: 0,
                             done: SliceDone::new(batch.clone(), task),
                         });

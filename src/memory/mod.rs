@@ -16,8 +16,11 @@ pub struct Region {
     pub base: u64,
     /// Length in bytes (never 0).
     pub len: u64,
-    /// `"cpu:N"`, `"cuda:N"` or `"*"` as given at registration.
+    /// `"cpu:N"` or `"cuda:N"`: as given at registration, or detected for `"*"`.
     pub location: String,
+    /// CUDA device holding the range (`None` = host memory), decided once at registration so
+    /// transfers never ask the driver.
+    pub device: Option<u32>,
     /// Whether peers may read and write it.
     pub remote_accessible: bool,
     refs: u32,
@@ -109,6 +112,11 @@ impl Registry {
                 );
             }
         }
+        // Resolved before taking the lock (may ask the CUDA driver or the kernel).
+        let places: Vec<(String, Option<u32>)> = ranges
+            .iter()
+            .map(|&(b, _)| crate::gpu::placement(b, location))
+            .collect();
         let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
         let mut fresh = Vec::with_capacity(ranges.len());
         for &(base, len) in ranges {
@@ -127,14 +135,15 @@ impl Registry {
                 None => fresh.push(true),
             }
         }
-        for (&(base, len), &is_new) in ranges.iter().zip(&fresh) {
+        for ((&(base, len), &is_new), (loc, device)) in ranges.iter().zip(&fresh).zip(places) {
             if is_new && !map.contains_key(&base) {
                 map.insert(
                     base,
                     Region {
                         base,
                         len,
-                        location: location.to_string(),
+                        location: loc,
+                        device,
                         remote_accessible,
                         refs: 1,
                     },
@@ -175,6 +184,12 @@ impl Registry {
 
     /// Checks that `[addr, addr+len)` lies inside one region that `access` may touch.
     pub fn check(&self, addr: u64, len: u64, access: Access) -> Result<()> {
+        self.check_place(addr, len, access).map(|_| ())
+    }
+
+    /// Like [`Registry::check`], and tells where the range lives: `Some(device)` for CUDA device
+    /// memory (transports stage it through host buffers), `None` for host memory.
+    pub fn check_place(&self, addr: u64, len: u64, access: Access) -> Result<Option<u32>> {
         let end = match addr.checked_add(len) {
             Some(e) if len > 0 && addr != 0 => e,
             _ => {
@@ -193,7 +208,7 @@ impl Registry {
                         format!("{addr:#x}+{len} is registered as not remote-accessible"),
                     )
                 } else {
-                    Ok(())
+                    Ok(r.device)
                 }
             }
             _ => fail(
@@ -201,6 +216,16 @@ impl Registry {
                 format!("{addr:#x}+{len} is not inside one registered region"),
             ),
         }
+    }
+
+    /// The region containing `addr`, if any.
+    pub fn region_of(&self, addr: u64) -> Option<Region> {
+        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        map.range(..=addr)
+            .next_back()
+            .map(|(_, r)| r)
+            .filter(|r| r.end() > addr)
+            .cloned()
     }
 
     /// A copy of every region, in address order.

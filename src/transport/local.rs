@@ -6,12 +6,15 @@ use crate::transport::Opcode;
 
 /// Copies between two ranges of this engine's registered memory, checking both first.
 pub fn copy(registry: &Registry, op: Opcode, local: u64, remote: u64, len: u64) -> Result<()> {
-    registry.check(local, len, Access::Local)?;
-    registry.check(remote, len, Access::Local)?;
+    let a = registry.check_place(local, len, Access::Local)?;
+    let b = registry.check_place(remote, len, Access::Local)?;
     let (src, dst) = match op {
         Opcode::Read => (remote, local),
         Opcode::Write => (local, remote),
     };
+    if let Some(dev) = a.or(b) {
+        return crate::gpu::copy(dev, dst, src, len as usize);
+    }
     // SAFETY: both ranges were just checked against the registry.
     unsafe { raw::copy(src, dst, len as usize) };
     Ok(())
@@ -28,14 +31,17 @@ pub fn copy_between(
     remote: u64,
     len: u64,
 ) -> Result<()> {
-    mine.check(local, len, Access::Local)?;
-    owner
-        .check(remote, len, Access::Remote)
+    let a = mine.check_place(local, len, Access::Local)?;
+    let b = owner
+        .check_place(remote, len, Access::Remote)
         .map_err(|e| crate::error::Error::new(ErrorKind::Rejected, e.message().to_string()))?;
     let (src, dst) = match op {
         Opcode::Read => (remote, local),
         Opcode::Write => (local, remote),
     };
+    if let Some(dev) = a.or(b) {
+        return crate::gpu::copy(dev, dst, src, len as usize);
+    }
     // SAFETY: both ranges were just checked against their owners' registries.
     unsafe { raw::copy(src, dst, len as usize) };
     Ok(())

@@ -38,6 +38,9 @@ pub struct Slice {
     pub remote: u64,
     /// Bytes (> 0).
     pub len: u64,
+    /// CUDA device of the local range (`None` = host memory): decided at registration, looked up
+    /// at submit, so transports stage device memory without asking the driver per request.
+    pub gpu: Option<u32>,
     /// Times this slice was re-sent after a connection loss it did not cause.
     pub retries: u8,
     /// Completion.

@@ -421,7 +421,9 @@ fn send_batch(
     let v2 = sh.addr.v2;
     // Relaxed: a stale value only means one more batch on the path that was just turned off,
     // which fails over by itself.
-    let vm = sh.vm_on.load(Ordering::Relaxed);
+    let vm_on = sh.vm_on.load(Ordering::Relaxed);
+    // GPU memory never takes the same-host kernel copy: it is staged over the socket.
+    let vm = |s: &Slice| vm_on && s.gpu.is_none();
     headers.clear();
     headers.extend(batch.iter().map(|s| {
         Header {
@@ -429,29 +431,39 @@ fn send_batch(
             addr: s.remote,
             write: s.op == Opcode::Write,
             v2,
-            vm,
+            vm: vm(s),
         }
         .encode()
     }));
     let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
+    // WRITE payloads in GPU memory: (position in `iov`, device, address, length).
+    let mut staged: Vec<(usize, u32, u64, usize)> = Vec::new();
     for (s, h) in batch.iter().zip(headers.iter()) {
         iov.push(IoSlice::new(h));
-        if s.op == Opcode::Write && !vm {
-            // SAFETY: the local range was checked against the registry at submit time.
-            iov.push(IoSlice::new(unsafe { raw::bytes(s.local, s.len as usize) }));
+        if s.op == Opcode::Write && !vm(s) {
+            match s.gpu {
+                Some(dev) => staged.push((iov.len(), dev, s.local, s.len as usize)),
+                // SAFETY: the local range was checked against the registry at submit time.
+                None => iov.push(IoSlice::new(unsafe { raw::bytes(s.local, s.len as usize) })),
+            }
         }
     }
     let mut v1_writes = Vec::new();
     for s in batch.drain(..) {
+        let vm_s = vm(&s);
         if !v2 && s.op == Opcode::Write {
             v1_writes.push(s);
-        } else if let Err(e) = expect.send(Expect::Reply(s, vm)) {
+        } else if let Err(e) = expect.send(Expect::Reply(s, vm_s)) {
             if let Expect::Reply(s, _) = e.into_inner() {
                 s.done.finish(Err(ErrorKind::Shutdown));
             }
         }
     }
-    let result = send_all(stream.as_raw_fd(), &mut iov);
+    let result = if staged.is_empty() {
+        send_all(stream.as_raw_fd(), &mut iov)
+    } else {
+        send_staged(stream.as_raw_fd(), &mut iov, &staged)
+    };
     for s in v1_writes {
         match &result {
             Ok(()) => {
@@ -464,8 +476,25 @@ fn send_batch(
     result
 }
 
+/// Sends `iov` with the GPU payloads of `staged` spliced in at their positions.
+fn send_staged(
+    fd: i32,
+    iov: &mut [IoSlice<'_>],
+    staged: &[(usize, u32, u64, usize)],
+) -> std::io::Result<()> {
+    let mut start = 0;
+    for &(pos, dev, addr, len) in staged {
+        send_all(fd, &mut iov[start..pos])?;
+        crate::gpu::stage::send_from_device(fd, &[], dev, addr, len)?;
+        start = pos;
+    }
+    send_all(fd, &mut iov[start..])
+}
+
 enum ReplyError {
     Rejected,
+    /// The local side failed (GPU copy); the payload was consumed, the stream is fine.
+    Local(crate::error::Error),
     /// The kernel refused the same-host copy: fall back to TCP.
     VmRefused(std::io::Error),
     Protocol(String),
@@ -520,6 +549,10 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
                 );
                 sh.vm_on.store(false, Ordering::Relaxed);
                 sh.resend(slice);
+            }
+            Err(ReplyError::Local(e)) => {
+                tw_log!(Level::Error, "tcp: staging into GPU memory failed: {e}");
+                slice.done.finish(Err(e.kind()));
             }
             Err(ReplyError::Rejected) => {
                 tw_log!(
@@ -621,6 +654,14 @@ fn read_reply(
                 Err(ReplyError::VmRefused(e))
             }
             Err(e) => Err(ReplyError::Protocol(format!("same-host copy failed: {e}"))),
+        };
+    }
+    if let (Opcode::Read, Some(dev)) = (s.op, s.gpu) {
+        use crate::gpu::stage::{StageError, recv_to_device};
+        return match recv_to_device(rb, &mut r, dev, s.local, s.len as usize) {
+            Ok(()) => Ok(()),
+            Err(StageError::Io(e)) => Err(ReplyError::Io(e)),
+            Err(StageError::Cuda(e)) => Err(ReplyError::Local(e)),
         };
     }
     if s.op == Opcode::Read {

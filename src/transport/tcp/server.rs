@@ -140,7 +140,7 @@ fn serve(stream: &TcpStream, registry: &Registry) -> io::Result<()> {
             return Ok(());
         }
         let h = Header::decode(rb.take(HEADER_LEN).try_into().expect("24 bytes"));
-        let checked = registry.check(h.addr, h.size, Access::Remote);
+        let checked = registry.check_place(h.addr, h.size, Access::Remote);
         if h.vm {
             // Same-host path: validate only; the initiator copies. Needs acknowledged framing.
             if !h.v2 {
@@ -176,6 +176,16 @@ fn serve(stream: &TcpStream, registry: &Registry) -> io::Result<()> {
             continue;
         }
         let size = h.size as usize;
+        if let Ok(Some(dev)) = checked {
+            if !serve_gpu(fd, &mut reader, &mut rb, &mut out, h, dev)? {
+                flush(&mut out)?;
+                return Ok(());
+            }
+            if out.len() >= FLUSH_AT {
+                flush(&mut out)?;
+            }
+            continue;
+        }
         if h.write {
             // SAFETY: the range was checked against remote-accessible registered regions.
             let dst = unsafe { raw::bytes_mut(h.addr, size) };
@@ -200,4 +210,61 @@ fn serve(stream: &TcpStream, registry: &Registry) -> io::Result<()> {
             flush(&mut out)?;
         }
     }
+}
+
+/// Serves one checked request on GPU memory of device `dev`, staged through pinned buffers.
+/// `Ok(false)`: the GPU copy failed and the connection must end after `out` is flushed (a v2
+/// peer gets a rejection frame; a rejected v2 READ keeps the connection).
+fn serve_gpu(
+    fd: i32,
+    reader: &mut &TcpStream,
+    rb: &mut RecvBuf,
+    out: &mut Vec<u8>,
+    h: Header,
+    dev: u32,
+) -> io::Result<bool> {
+    use crate::gpu::stage::{self, StageError};
+    let size = h.size as usize;
+    if h.write {
+        return match stage::recv_to_device(rb, reader, dev, h.addr, size) {
+            Ok(()) => {
+                if h.v2 {
+                    out.extend_from_slice(&status_frame(STATUS_OK));
+                }
+                Ok(true)
+            }
+            Err(StageError::Io(e)) => Err(e),
+            Err(StageError::Cuda(e)) => {
+                tw_log!(Level::Error, "tcp: WRITE into GPU memory failed: {e}");
+                if h.v2 {
+                    out.extend_from_slice(&status_frame(STATUS_ADDR_REJECTED));
+                }
+                Ok(false)
+            }
+        };
+    }
+    if h.size <= INLINE_REPLY {
+        let start = out.len();
+        if h.v2 {
+            out.extend_from_slice(&status_frame(STATUS_OK));
+        }
+        let at = out.len();
+        out.resize(at + size, 0);
+        if let Err(e) = stage::read_small(dev, &mut out[at..], h.addr) {
+            tw_log!(Level::Error, "tcp: READ from GPU memory failed: {e}");
+            out.truncate(start);
+            if h.v2 {
+                out.extend_from_slice(&status_frame(STATUS_ADDR_REJECTED));
+                return Ok(true);
+            }
+            return Ok(false);
+        }
+        return Ok(true);
+    }
+    if h.v2 {
+        out.extend_from_slice(&status_frame(STATUS_OK));
+    }
+    let r = stage::send_from_device(fd, out, dev, h.addr, size);
+    out.clear();
+    r.map_err(io::Error::from).map(|()| true)
 }
