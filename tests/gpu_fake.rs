@@ -38,7 +38,14 @@ fn reg(e: &Engine, addr: u64, len: usize) {
     e.register_memory(addr, len as u64, "*", true).unwrap();
 }
 
-fn xfer(e: &Engine, op: Opcode, local: u64, seg: i32, remote: u64, len: usize) -> tidewire::Result<()> {
+fn xfer(
+    e: &Engine,
+    op: Opcode,
+    local: u64,
+    seg: i32,
+    remote: u64,
+    len: usize,
+) -> tidewire::Result<()> {
     let b = e.alloc_batch(1).unwrap();
     e.submit(
         b,
@@ -79,7 +86,8 @@ fn load_and_location_detection() {
     // A "cuda:" label on host memory keeps the label but is moved as host memory.
     let lying = Buf::pattern(8192, 4);
     let out = Buf::new(8192, 0);
-    e.register_memory(lying.addr(), 8192, "cuda:0", true).unwrap();
+    e.register_memory(lying.addr(), 8192, "cuda:0", true)
+        .unwrap();
     reg(&e, out.addr(), 8192);
     assert_eq!(e.memory_location(lying.addr()).unwrap(), "cuda:0");
     xfer(&e, Opcode::Write, lying.addr(), 0, out.addr(), 8192).unwrap();
@@ -87,7 +95,8 @@ fn load_and_location_detection() {
     // Explicit cpu locations never ask the driver.
     let before = f.calls("cuPointerGetAttribute");
     let plain = Buf::new(4096, 0);
-    e.register_memory(plain.addr(), 4096, "cpu:0", true).unwrap();
+    e.register_memory(plain.addr(), 4096, "cpu:0", true)
+        .unwrap();
     assert_eq!(f.calls("cuPointerGetAttribute"), before);
     // The descriptor still publishes Mooncake's buffer name (the segment name).
     let desc = e.local_descriptor();
@@ -185,7 +194,15 @@ fn gpu_and_host_over_tcp_mixed_batches() {
     xfer(&a, Opcode::Read, a_host_in.addr(), seg, b_dev.ptr, big).unwrap();
     assert!(a_host_in.0 == a_host.0, "GPU → host READ");
     a_host_in.0.fill(0);
-    xfer(&a, Opcode::Read, a_host_in.addr(), seg, b_dev.ptr + 7, small).unwrap();
+    xfer(
+        &a,
+        Opcode::Read,
+        a_host_in.addr(),
+        seg,
+        b_dev.ptr + 7,
+        small,
+    )
+    .unwrap();
     assert_eq!(&a_host_in.0[..small], &a_host.0[7..7 + small]);
     xfer(&a, Opcode::Read, a_dev_in.ptr, seg, b_host.addr(), big).unwrap();
     assert!(f.read(&a_dev_in) == data, "host → GPU READ");
@@ -259,7 +276,11 @@ fn stream_ordering(f: &Fake, wait_value: bool) {
     f.copy_async(s, snapshot.addr(), remote.addr(), len);
     std::thread::sleep(Duration::from_millis(150));
     let st = a.stream_op_status(op).unwrap();
-    assert_eq!(st.state, TaskState::Waiting, "not started before the stream reaches it");
+    assert_eq!(
+        st.state,
+        TaskState::Waiting,
+        "not started before the stream reaches it"
+    );
     assert!(remote.0.iter().all(|&x| x == 0), "nothing moved yet");
     assert_eq!(a.stream_op_free(op).unwrap_err().kind(), ErrorKind::Busy);
     assert_eq!(
@@ -270,10 +291,16 @@ fn stream_ordering(f: &Fake, wait_value: bool) {
     );
     gate.store(1, Ordering::Release);
     f.sync(s);
-    assert!(snapshot.0 == data, "later stream work ran after the transfer finished");
+    assert!(
+        snapshot.0 == data,
+        "later stream work ran after the transfer finished"
+    );
     a.stream_op_wait(op, T).unwrap();
     let st = a.stream_op_status(op).unwrap();
-    assert_eq!((st.state, st.transferred), (TaskState::Completed, len as u64));
+    assert_eq!(
+        (st.state, st.transferred),
+        (TaskState::Completed, len as u64)
+    );
     a.stream_op_free(op).unwrap();
     assert_eq!(
         a.stream_op_free(op).unwrap_err().kind(),
@@ -301,14 +328,15 @@ fn stream_ordering(f: &Fake, wait_value: bool) {
     // Other engines cannot see this engine's operations.
     let op = enq(&[req], s as usize, true).unwrap();
     f.sync(s);
-    assert_eq!(b.stream_op_status(op).unwrap_err().kind(), ErrorKind::InvalidId);
+    assert_eq!(
+        b.stream_op_status(op).unwrap_err().kind(),
+        ErrorKind::InvalidId
+    );
     a.stream_op_free(op).unwrap();
     // Validation happens at enqueue time.
     let unreg = Request { local: 0x10, ..req };
     assert_eq!(
-        enq(&[unreg], s as usize, true)
-            .unwrap_err()
-            .kind(),
+        enq(&[unreg], s as usize, true).unwrap_err().kind(),
         ErrorKind::AddressNotRegistered
     );
     assert_eq!(

@@ -201,7 +201,11 @@ impl Batch {
 
     /// Runs the idle hook if it is still installed (at most once overall).
     pub(crate) fn run_on_idle(&self) {
-        let f = self.on_idle.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let f = self
+            .on_idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(f) = f {
             f();
         }

@@ -4,11 +4,11 @@
 
 use super::batch::{Batch, TaskState};
 use super::ids::IdTable;
+use super::transfer::Request;
 use super::{Engine, Inner, LOCAL_SEGMENT};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::gpu::stream::{self as gs, Gate};
 use crate::memory::Access;
-use super::transfer::Request;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -80,7 +80,10 @@ impl Engine {
             return fail(ErrorKind::InvalidArgument, "no requests");
         }
         if reqs.len() > super::transfer::MAX_BATCH_CAPACITY {
-            return fail(ErrorKind::TooManyRequests, "too many requests for one batch");
+            return fail(
+                ErrorKind::TooManyRequests,
+                "too many requests for one batch",
+            );
         }
         let mut cache = None;
         for (i, r) in reqs.iter().enumerate() {

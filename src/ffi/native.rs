@@ -880,7 +880,10 @@ pub extern "C" fn tw_stream_op_status(
         let s = check!(e.stream_op_status(op));
         *slot = tw_transfer_status {
             state: s.state as i32,
-            result: s.error.as_ref().map_or(TW_OK, |e| status::code_of(e.kind())),
+            result: s
+                .error
+                .as_ref()
+                .map_or(TW_OK, |e| status::code_of(e.kind())),
             transferred_bytes: s.transferred,
         };
         TW_OK
@@ -891,7 +894,11 @@ pub extern "C" fn tw_stream_op_status(
 /// passes (negative = no limit): `TW_OK`, the transfer's error (detail in
 /// `tw_last_error_message`), or `TW_ERR_TIMEOUT` (nothing is cancelled).
 #[unsafe(no_mangle)]
-pub extern "C" fn tw_stream_op_wait(engine: *const tw_engine, op: u64, timeout_ms: i64) -> tw_result {
+pub extern "C" fn tw_stream_op_wait(
+    engine: *const tw_engine,
+    op: u64,
+    timeout_ms: i64,
+) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
         check!(check!(self::engine(engine)).stream_op_wait(op, timeout(timeout_ms)));
         TW_OK

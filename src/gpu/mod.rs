@@ -119,14 +119,14 @@ fn primary_context(d: &Driver, dev: u32) -> Result<CuContext> {
     }
     if list[dev as usize] == 0 {
         let mut cudev: c_int = 0;
-        // SAFETY: valid out pointer; ordinal checked above.
         d.check(
+            // SAFETY: valid out pointer; ordinal checked above.
             unsafe { (d.cu_device_get)(&mut cudev, dev as c_int) },
             "cuDeviceGet",
         )?;
         let mut ctx: CuContext = std::ptr::null_mut();
-        // SAFETY: valid out pointer and device handle.
         d.check(
+            // SAFETY: valid out pointer and device handle.
             unsafe { (d.cu_device_primary_ctx_retain)(&mut ctx, cudev) },
             "cuDevicePrimaryCtxRetain",
         )?;
@@ -182,14 +182,14 @@ impl Stager {
             events: [std::ptr::null_mut(); 2],
             bufs: [std::ptr::null_mut(); 2],
         };
-        // SAFETY: valid out pointer; the device's context is current (caller's guard).
         d.check(
+            // SAFETY: valid out pointer; the device's context is current (caller's guard).
             unsafe { (d.cu_stream_create)(&mut st.stream, sys::CU_STREAM_NON_BLOCKING) },
             "cuStreamCreate",
         )?;
         for e in &mut st.events {
-            // SAFETY: valid out pointer; context current.
             d.check(
+                // SAFETY: valid out pointer; context current.
                 unsafe { (d.cu_event_create)(e, sys::CU_EVENT_DISABLE_TIMING) },
                 "cuEventCreate",
             )?;
@@ -202,8 +202,8 @@ impl Stager {
         for b in &mut self.bufs {
             if b.is_null() {
                 let mut p: *mut c_void = std::ptr::null_mut();
-                // SAFETY: valid out pointer; context current.
                 self.d.check(
+                    // SAFETY: valid out pointer; context current.
                     unsafe {
                         (self.d.cu_mem_host_alloc)(&mut p, CHUNK, sys::CU_MEMHOSTALLOC_PORTABLE)
                     },
@@ -225,8 +225,8 @@ impl Stager {
     /// Queues device → pinned buffer `i`, then records event `i`.
     pub(crate) fn dtoh(&mut self, i: usize, src: u64, n: usize) -> Result<()> {
         let d = self.d;
-        // SAFETY: `bufs[i]` holds CHUNK ≥ n bytes; `src` is registered device memory.
         d.check(
+            // SAFETY: `bufs[i]` holds CHUNK ≥ n bytes; `src` is registered device memory.
             unsafe { (d.cu_memcpy_dtoh_async)(self.bufs[i].cast(), src, n, self.stream) },
             "cuMemcpyDtoHAsync",
         )?;
@@ -236,8 +236,8 @@ impl Stager {
     /// Queues pinned buffer `i` → device, then records event `i`.
     pub(crate) fn htod(&mut self, i: usize, dst: u64, n: usize) -> Result<()> {
         let d = self.d;
-        // SAFETY: `bufs[i]` holds CHUNK ≥ n bytes; `dst` is registered device memory.
         d.check(
+            // SAFETY: `bufs[i]` holds CHUNK ≥ n bytes; `dst` is registered device memory.
             unsafe { (d.cu_memcpy_htod_async)(dst, self.bufs[i].cast(), n, self.stream) },
             "cuMemcpyHtoDAsync",
         )?;
@@ -245,8 +245,8 @@ impl Stager {
     }
 
     fn record(&mut self, i: usize) -> Result<()> {
-        // SAFETY: live event and stream of this stager.
         self.d.check(
+            // SAFETY: live event and stream of this stager.
             unsafe { (self.d.cu_event_record)(self.events[i], self.stream) },
             "cuEventRecord",
         )
@@ -254,8 +254,8 @@ impl Stager {
 
     /// Waits until everything queued before the last record of event `i` is done.
     pub(crate) fn wait(&mut self, i: usize) -> Result<()> {
-        // SAFETY: live event of this stager.
         self.d.check(
+            // SAFETY: live event of this stager.
             unsafe { (self.d.cu_event_synchronize)(self.events[i]) },
             "cuEventSynchronize",
         )
@@ -263,8 +263,8 @@ impl Stager {
 
     /// Waits for everything queued on the stream.
     pub(crate) fn sync(&mut self) -> Result<()> {
-        // SAFETY: live stream of this stager.
         self.d.check(
+            // SAFETY: live stream of this stager.
             unsafe { (self.d.cu_stream_synchronize)(self.stream) },
             "cuStreamSynchronize",
         )
@@ -272,8 +272,8 @@ impl Stager {
 
     /// Any-direction copy (unified addressing), completed before returning.
     pub(crate) fn copy(&mut self, dst: u64, src: u64, n: usize) -> Result<()> {
-        // SAFETY: both ranges are registered memory (device or host) checked by the caller.
         self.d.check(
+            // SAFETY: both ranges are registered memory (device or host) checked by the caller.
             unsafe { (self.d.cu_memcpy_async)(dst, src, n, self.stream) },
             "cuMemcpyAsync",
         )?;
@@ -282,8 +282,8 @@ impl Stager {
 
     /// Device → pageable host bytes, completed before returning.
     pub(crate) fn read_small(&mut self, dst: &mut [u8], src: u64) -> Result<()> {
-        // SAFETY: `dst` is a live host slice of the copied length; `src` registered device memory.
         self.d.check(
+            // SAFETY: `dst` is a live host slice of the copied length; `src` registered device memory.
             unsafe {
                 (self.d.cu_memcpy_dtoh_async)(dst.as_mut_ptr().cast(), src, dst.len(), self.stream)
             },

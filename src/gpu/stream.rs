@@ -17,8 +17,8 @@
 //!   function blocks on the gate instead: correct, but it holds the driver's callback thread for
 //!   the transfer's duration.
 
-use super::sys::{self, CuContext, CuDevicePtr, CuStream, Driver};
 use super::CtxGuard;
+use super::sys::{self, CuContext, CuDevicePtr, CuStream, Driver};
 use crate::error::{Error, ErrorKind, Result};
 use crossbeam_channel::{Sender, unbounded};
 use std::ffi::c_void;
@@ -104,8 +104,8 @@ impl Drop for Gate {
 /// The context of `stream` (the current one for the legacy stream 0).
 fn stream_ctx(d: &Driver, stream: CuStream) -> Result<CuContext> {
     let mut ctx: CuContext = std::ptr::null_mut();
-    // SAFETY: valid out pointer; `stream` is the application's stream handle (or 0).
     d.check(
+        // SAFETY: valid out pointer; `stream` is the application's stream handle (or 0).
         unsafe { (d.cu_stream_get_ctx)(stream, &mut ctx) },
         "cuStreamGetCtx",
     )?;
@@ -122,8 +122,8 @@ fn new_slot(d: &Driver) -> Result<usize> {
     let mut free = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
     if free.is_empty() {
         let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: valid out pointer; a context is current (caller's guard).
         d.check(
+            // SAFETY: valid out pointer; a context is current (caller's guard).
             unsafe {
                 (d.cu_mem_host_alloc)(
                     &mut p,
@@ -210,9 +210,9 @@ pub fn enqueue(stream: usize, gate: &Arc<Gate>, job: Job) -> Result<Hold> {
     let _g = CtxGuard::push(d, stream_ctx(d, s)?)?;
     let mut dptr: CuDevicePtr = 0;
     // SAFETY: the slot lies in memory from cuMemHostAlloc(DEVICEMAP); valid out pointer.
-    let mapped = unsafe {
-        (d.cu_mem_host_get_device_pointer)(&mut dptr, gate.slot as *mut c_void, 0)
-    } == sys::CUDA_SUCCESS;
+    let mapped =
+        unsafe { (d.cu_mem_host_get_device_pointer)(&mut dptr, gate.slot as *mut c_void, 0) }
+            == sys::CUDA_SUCCESS;
     let p = Box::into_raw(Box::new(job));
     // SAFETY: `start_cb` takes back exactly this box, once.
     let r = unsafe { (d.cu_launch_host_func)(s, start_cb, p.cast()) };

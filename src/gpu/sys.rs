@@ -124,7 +124,12 @@ macro_rules! sym {
         // use site is its prototype from cuda.h.
         match unsafe { $lib.get(concat!($name, "\0").as_bytes()) } {
             Ok(s) => *s,
-            Err(e) => return Err(format!("{}: missing CUDA entry point {}: {e}", $path, $name)),
+            Err(e) => {
+                return Err(format!(
+                    "{}: missing CUDA entry point {}: {e}",
+                    $path, $name
+                ));
+            }
         }
     }};
 }

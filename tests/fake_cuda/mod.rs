@@ -18,7 +18,9 @@ pub fn lib_path() -> PathBuf {
         let out = dir.join("libcuda.so.1");
         let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
         let st = Command::new(&cc)
-            .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC"])
+            .args([
+                "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
+            ])
             .args(["-pthread", "-o"])
             .arg(&out)
             .arg(&src)
@@ -127,10 +129,8 @@ impl Fake {
     pub fn read(&self, b: &DevBuf) -> Vec<u8> {
         let mut v = vec![0u8; b.len];
         // SAFETY: `v` holds `b.len` bytes.
-        assert_eq!(
-            unsafe { (self.dtoh)(v.as_mut_ptr().cast(), b.ptr, b.len) },
-            0
-        );
+        let r = unsafe { (self.dtoh)(v.as_mut_ptr().cast(), b.ptr, b.len) };
+        assert_eq!(r, 0);
         v
     }
 
@@ -178,12 +178,12 @@ impl Fake {
     pub fn calls(&self, name: &str) -> i64 {
         let c = CString::new(name).unwrap();
         // SAFETY: NUL-terminated name.
-        unsafe { (self.calls)(c.as_ptr()) as i64 }
+        unsafe { (self.calls)(c.as_ptr()) }
     }
 
     pub fn violations(&self) -> i64 {
         // SAFETY: no arguments.
-        unsafe { (self.violations)() as i64 }
+        unsafe { (self.violations)() }
     }
 
     pub fn reset(&self) {
