@@ -16,8 +16,8 @@ use super::wire::{HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_LEN, STATUS_O
 use crate::error::ErrorKind;
 use crate::log::Level;
 use crate::memory::raw;
+use crate::transport::chan::{Receiver, Sender, TryRecvError, bounded, unbounded};
 use crate::transport::{Opcode, Slice, samehost};
-use crossbeam_channel::{Receiver, Sender, TryRecvError, bounded, unbounded};
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::net::{Shutdown, TcpStream};
@@ -150,6 +150,9 @@ pub struct Peer {
     senders: Vec<JoinHandle<()>>,
     receivers: Vec<JoinHandle<()>>,
 }
+
+/// Slices smaller than this stay on the socket even when the same-host path is on.
+const VM_MIN_BYTES: u64 = 64 << 10;
 
 /// Requests up to this many bytes in all may be written by the submitting thread itself when a
 /// lane is idle; larger ones are queued so that the lanes share them.
@@ -421,7 +424,10 @@ fn send_batch(
     let v2 = sh.addr.v2;
     // Relaxed: a stale value only means one more batch on the path that was just turned off,
     // which fails over by itself.
-    let vm = sh.vm_on.load(Ordering::Relaxed);
+    let vm_on = sh.vm_on.load(Ordering::Relaxed);
+    // Small requests are cheaper inline on the socket than as a validation round trip plus a
+    // separate copy.
+    let vm = |s: &Slice| vm_on && s.len >= VM_MIN_BYTES;
     headers.clear();
     headers.extend(batch.iter().map(|s| {
         Header {
@@ -429,14 +435,14 @@ fn send_batch(
             addr: s.remote,
             write: s.op == Opcode::Write,
             v2,
-            vm,
+            vm: vm(s),
         }
         .encode()
     }));
     let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
     for (s, h) in batch.iter().zip(headers.iter()) {
         iov.push(IoSlice::new(h));
-        if s.op == Opcode::Write && !vm {
+        if s.op == Opcode::Write && !vm(s) {
             // SAFETY: the local range was checked against the registry at submit time.
             iov.push(IoSlice::new(unsafe { raw::bytes(s.local, s.len as usize) }));
         }
@@ -445,7 +451,10 @@ fn send_batch(
     for s in batch.drain(..) {
         if !v2 && s.op == Opcode::Write {
             v1_writes.push(s);
-        } else if let Err(e) = expect.send(Expect::Reply(s, vm)) {
+        } else if let Err(e) = {
+            let via_vm = vm(&s);
+            expect.send(Expect::Reply(s, via_vm))
+        } {
             if let Expect::Reply(s, _) = e.into_inner() {
                 s.done.finish(Err(ErrorKind::Shutdown));
             }
