@@ -23,7 +23,7 @@ use std::io::IoSlice;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -97,6 +97,7 @@ struct Shared {
     /// Same-host path in use (turned off for good if the kernel refuses it).
     vm_on: AtomicBool,
     lanes_tx: Vec<Mutex<LaneTx>>,
+    credit: Vec<Credit>,
 }
 
 impl Shared {
@@ -151,6 +152,51 @@ pub struct Peer {
     receivers: Vec<JoinHandle<()>>,
 }
 
+/// A lane's sender stops taking work while this many bytes await replies on it.
+const LANE_MAX_INFLIGHT_BYTES: u64 = 2 << 20;
+/// A lane's sender gathers queued slices into one send up to this many bytes.
+const GATHER_MAX_BYTES: u64 = 512 << 10;
+
+/// Bytes sent on a lane whose replies have not been read yet.
+#[derive(Default)]
+struct Credit {
+    used: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl Credit {
+    fn take(&self, n: u64) {
+        *self.used.lock().unwrap_or_else(|e| e.into_inner()) += n;
+    }
+
+    fn give(&self, n: u64) {
+        let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        *u = u.saturating_sub(n);
+        if *u < LANE_MAX_INFLIGHT_BYTES {
+            drop(u);
+            self.cv.notify_all();
+        }
+    }
+
+    /// Blocks while `limit` or more bytes are outstanding (returns at shutdown).
+    fn wait_below(&self, limit: u64, shutdown: &AtomicBool) {
+        let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        // Acquire pairs with the Release in `Peer::drop`.
+        while *u >= limit && !shutdown.load(Ordering::Acquire) {
+            u = self.cv.wait(u).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Gives a reply's bytes back to its lane's credit when dropped.
+struct CreditBack<'a>(&'a Credit, u64);
+
+impl Drop for CreditBack<'_> {
+    fn drop(&mut self) {
+        self.0.give(self.1);
+    }
+}
+
 /// Slices smaller than this stay on the socket even when the same-host path is on.
 const VM_MIN_BYTES: u64 = 64 << 10;
 
@@ -184,6 +230,7 @@ impl Peer {
             cooldown_until: Mutex::new(None),
             vm_on: AtomicBool::new(addr.vm_pid != 0 && addr.v2),
             lanes_tx,
+            credit: (0..lanes).map(|_| Credit::default()).collect(),
         });
         let mut peer = Peer {
             shared: shared.clone(),
@@ -257,6 +304,10 @@ impl Drop for Peer {
         for _ in 0..self.shared.cfg.lanes.max(1) {
             let _ = self.shared.queue.send(Msg::Stop);
         }
+        for c in &self.shared.credit {
+            drop(c.used.lock().unwrap_or_else(|e| e.into_inner()));
+            c.cv.notify_all();
+        }
         for s in self
             .shared
             .streams
@@ -307,13 +358,23 @@ fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>) {
     let mut batch: Vec<Slice> = Vec::with_capacity(sh.cfg.gather);
     let mut stopping = false;
     while !stopping {
+        // Take new work only while this lane's replies are not too far behind, so that large
+        // transfers spread over every lane instead of piling up behind one.
+        sh.credit[lane].wait_below(LANE_MAX_INFLIGHT_BYTES, &sh.shutdown);
+        let mut bytes = 0;
         match queue.recv() {
-            Ok(Msg::Work(s)) => batch.push(s),
+            Ok(Msg::Work(s)) => {
+                bytes += s.len;
+                batch.push(s);
+            }
             Ok(Msg::Stop) | Err(_) => break,
         }
-        while batch.len() < sh.cfg.gather {
+        while batch.len() < sh.cfg.gather && bytes < GATHER_MAX_BYTES {
             match queue.try_recv() {
-                Ok(Msg::Work(s)) => batch.push(s),
+                Ok(Msg::Work(s)) => {
+                    bytes += s.len;
+                    batch.push(s);
+                }
                 Ok(Msg::Stop) => {
                     stopping = true;
                     break;
@@ -365,7 +426,7 @@ impl LaneTx {
             }
         }
         let stream = self.conn.as_ref().expect("connected").clone();
-        if let Err(e) = send_batch(sh, &stream, batch, &mut self.headers, &self.expect) {
+        if let Err(e) = send_batch(sh, lane, &stream, batch, &mut self.headers, &self.expect) {
             tw_log!(
                 Level::Warn,
                 "tcp lane to {}:{}: send failed: {e}",
@@ -416,6 +477,7 @@ fn open_lane(
 /// reply are handed to the receiver first; v1 WRITEs complete once their bytes are sent.
 fn send_batch(
     sh: &Shared,
+    lane: usize,
     stream: &TcpStream,
     batch: &mut Vec<Slice>,
     headers: &mut Vec<[u8; HEADER_LEN]>,
@@ -453,6 +515,7 @@ fn send_batch(
             v1_writes.push(s);
         } else if let Err(e) = {
             let via_vm = vm(&s);
+            sh.credit[lane].take(s.len);
             expect.send(Expect::Reply(s, via_vm))
         } {
             if let Expect::Reply(s, _) = e.into_inner() {
@@ -501,6 +564,7 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
             Expect::Reply(s, vm) => (s, vm),
             Expect::Stop => break,
         };
+        let _credit = CreditBack(&sh.credit[lane], slice.len);
         let Some((st, generation)) = stream.as_ref().filter(|_| !broken) else {
             if after_reject {
                 sh.resend(slice);
