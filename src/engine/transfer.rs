@@ -4,7 +4,8 @@ use super::batch::{Batch, PendingNotify, SliceDone, TaskState, TaskStatus};
 use super::segments::{LOCAL_SEGMENT, Route, Segment, SegmentId};
 use super::{Engine, Inner};
 use crate::error::{Error, ErrorKind, Result, fail};
-use crate::memory::Access;
+use crate::memory::{Access, Registry};
+use crate::transport::tcp::client::Peer;
 use crate::transport::{Opcode, Slice, local};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -191,6 +192,32 @@ impl Inner {
         }
     }
 
+    /// One same-host copy of `[off, off+n)` of request `r`, checked against `owner` (this engine
+    /// for the local segment, the peer engine's registry with remote-access rules otherwise).
+    fn copy_slice(
+        &self,
+        owner: &Registry,
+        access: Access,
+        r: &Request,
+        off: u64,
+        n: u64,
+    ) -> std::result::Result<u64, ErrorKind> {
+        local::copy(
+            &self.registry,
+            owner,
+            access,
+            r.op,
+            r.local + off,
+            r.remote + off,
+            n,
+        )
+        .map(|_| n)
+        .map_err(|e| {
+            crate::tw_log!(crate::log::Level::Warn, "same-host transfer: {e}");
+            e.kind()
+        })
+    }
+
     /// Checks that segment `id` can be reached, for scatter validation.
     pub(crate) fn target_kind(
         &self,
@@ -256,69 +283,55 @@ impl Inner {
             batch.prepare_task(start + i, n as u32);
         }
         batch.publish(start + reqs.len());
+        // Consecutive TCP slices to one peer go down together (one inline send when small).
+        let mut pending: Option<(Arc<Peer>, Vec<Slice>)> = None;
         for (i, (r, (t, gpu))) in reqs.iter().zip(targets).enumerate() {
             let task = (start + i) as u32;
+            let slices = (0..r.len)
+                .step_by(slice as usize)
+                .map(|off| (off, slice.min(r.len - off)));
             match t {
                 Target::Local => {
-                    let mut off = 0;
-                    while off < r.len {
-                        let n = slice.min(r.len - off);
-                        let res =
-                            local::copy(&self.registry, r.op, r.local + off, r.remote + off, n)
-                                .map(|_| n)
-                                .map_err(|e| {
-                                    crate::tw_log!(crate::log::Level::Warn, "local transfer: {e}");
-                                    e.kind()
-                                });
+                    for (off, n) in slices {
+                        let res = self.copy_slice(&self.registry, Access::Local, r, off, n);
                         batch.slice_finished(task, res);
-                        off += n;
                     }
                 }
                 Target::InProcess(owner) => {
-                    // One copy per slice, checked against the owner's registry as its server
-                    // would check a wire request.
-                    let mut off = 0;
-                    while off < r.len {
-                        let n = slice.min(r.len - off);
-                        let res = match owner.upgrade() {
-                            Some(owner) => local::copy_between(
-                                &self.registry,
-                                &owner,
-                                r.op,
-                                r.local + off,
-                                r.remote + off,
-                                n,
-                            )
-                            .map(|_| n)
-                            .map_err(|e| {
-                                crate::tw_log!(crate::log::Level::Warn, "in-process transfer: {e}");
-                                e.kind()
-                            }),
+                    let owner = owner.upgrade();
+                    for (off, n) in slices {
+                        let res = match &owner {
+                            Some(o) => self.copy_slice(o, Access::Remote, r, off, n),
                             None => Err(ErrorKind::Socket),
                         };
                         batch.slice_finished(task, res);
-                        off += n;
                     }
                 }
                 // RDMA (not built here) must decide the same way: a region with `gpu.is_some()`
                 // needs a GPUDirect/dma-buf memory region, or staging as TCP does it.
                 Target::Tcp(peer) => {
-                    let mut off = 0;
-                    while off < r.len {
-                        let n = slice.min(r.len - off);
-                        peer.submit(Slice {
-                            op: r.op,
-                            local: r.local + off,
-                            remote: r.remote + off,
-                            len: n,
-                            gpu,
-                            retries: 0,
-                            done: SliceDone::new(batch.clone(), task),
-                        });
-                        off += n;
+                    if pending
+                        .as_ref()
+                        .is_some_and(|(p, _)| !Arc::ptr_eq(p, &peer))
+                    {
+                        let (p, v) = pending.take().expect("checked");
+                        p.submit_all(v);
                     }
+                    let (_, v) = pending.get_or_insert_with(|| (peer, Vec::new()));
+                    v.extend(slices.map(|(off, n)| Slice {
+                        op: r.op,
+                        local: r.local + off,
+                        remote: r.remote + off,
+                        len: n,
+                        gpu,
+                        retries: 0,
+                        done: SliceDone::new(batch.clone(), task),
+                    }));
                 }
             }
+        }
+        if let Some((p, v)) = pending {
+            p.submit_all(v);
         }
         Ok(start)
     }

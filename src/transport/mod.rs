@@ -1,6 +1,7 @@
 //! Transports move slices. A slice is one contiguous range on both sides; finishing it updates
 //! its task through [`SliceDone`](crate::engine::batch::SliceDone).
 
+pub mod chan;
 pub mod local;
 pub mod samehost;
 pub mod tcp;

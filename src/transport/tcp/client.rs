@@ -16,14 +16,14 @@ use super::wire::{HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_LEN, STATUS_O
 use crate::error::ErrorKind;
 use crate::log::Level;
 use crate::memory::raw;
+use crate::transport::chan::{Receiver, Sender, TryRecvError, bounded, unbounded};
 use crate::transport::{Opcode, Slice, samehost};
-use crossbeam_channel::{Receiver, Sender, TryRecvError, bounded, unbounded};
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -97,6 +97,7 @@ struct Shared {
     /// Same-host path in use (turned off for good if the kernel refuses it).
     vm_on: AtomicBool,
     lanes_tx: Vec<Mutex<LaneTx>>,
+    credit: Vec<Credit>,
 }
 
 impl Shared {
@@ -151,6 +152,54 @@ pub struct Peer {
     receivers: Vec<JoinHandle<()>>,
 }
 
+/// A lane's sender stops taking work while this many bytes await replies on it.
+const LANE_MAX_INFLIGHT_BYTES: u64 = 2 << 20;
+/// A lane's sender gathers queued slices into one send up to this many bytes.
+const GATHER_MAX_BYTES: u64 = 512 << 10;
+
+/// Bytes sent on a lane whose replies have not been read yet.
+#[derive(Default)]
+struct Credit {
+    used: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl Credit {
+    fn take(&self, n: u64) {
+        *self.used.lock().unwrap_or_else(|e| e.into_inner()) += n;
+    }
+
+    fn give(&self, n: u64) {
+        let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        *u = u.saturating_sub(n);
+        if *u < LANE_MAX_INFLIGHT_BYTES {
+            drop(u);
+            self.cv.notify_all();
+        }
+    }
+
+    /// Blocks while `limit` or more bytes are outstanding (returns at shutdown).
+    fn wait_below(&self, limit: u64, shutdown: &AtomicBool) {
+        let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        // Acquire pairs with the Release in `Peer::drop`.
+        while *u >= limit && !shutdown.load(Ordering::Acquire) {
+            u = self.cv.wait(u).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Gives a reply's bytes back to its lane's credit when dropped.
+struct CreditBack<'a>(&'a Credit, u64);
+
+impl Drop for CreditBack<'_> {
+    fn drop(&mut self) {
+        self.0.give(self.1);
+    }
+}
+
+/// Slices smaller than this stay on the socket even when the same-host path is on.
+const VM_MIN_BYTES: u64 = 64 << 10;
+
 /// Requests up to this many bytes in all may be written by the submitting thread itself when a
 /// lane is idle; larger ones are queued so that the lanes share them.
 const INLINE_MAX_BYTES: u64 = 64 << 10;
@@ -181,6 +230,7 @@ impl Peer {
             cooldown_until: Mutex::new(None),
             vm_on: AtomicBool::new(addr.vm_pid != 0 && addr.v2),
             lanes_tx,
+            credit: (0..lanes).map(|_| Credit::default()).collect(),
         });
         let mut peer = Peer {
             shared: shared.clone(),
@@ -218,8 +268,13 @@ impl Peer {
     /// is idle; queues them for the lanes otherwise.
     pub fn submit_all(&self, mut slices: Vec<Slice>) {
         let sh = &self.shared;
-        let bytes: u64 = slices.iter().map(|s| s.len).sum();
-        if bytes <= INLINE_MAX_BYTES && slices.len() <= sh.cfg.gather && sh.queue.is_empty() {
+        // GPU slices always go to the lanes: staging runs on a lane's own stream and buffers,
+        // never on the application's thread.
+        let (bytes, gpu) = slices
+            .iter()
+            .fold((0u64, false), |(b, g), s| (b + s.len, g || s.gpu.is_some()));
+        if !gpu && bytes <= INLINE_MAX_BYTES && slices.len() <= sh.cfg.gather && sh.queue.is_empty()
+        {
             for (lane, m) in sh.lanes_tx.iter().enumerate() {
                 let guard = match m.try_lock() {
                     Ok(g) => Some(g),
@@ -253,6 +308,10 @@ impl Drop for Peer {
         self.shared.shutdown.store(true, Ordering::Release);
         for _ in 0..self.shared.cfg.lanes.max(1) {
             let _ = self.shared.queue.send(Msg::Stop);
+        }
+        for c in &self.shared.credit {
+            drop(c.used.lock().unwrap_or_else(|e| e.into_inner()));
+            c.cv.notify_all();
         }
         for s in self
             .shared
@@ -304,13 +363,23 @@ fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>) {
     let mut batch: Vec<Slice> = Vec::with_capacity(sh.cfg.gather);
     let mut stopping = false;
     while !stopping {
+        // Take new work only while this lane's replies are not too far behind, so that large
+        // transfers spread over every lane instead of piling up behind one.
+        sh.credit[lane].wait_below(LANE_MAX_INFLIGHT_BYTES, &sh.shutdown);
+        let mut bytes = 0;
         match queue.recv() {
-            Ok(Msg::Work(s)) => batch.push(s),
+            Ok(Msg::Work(s)) => {
+                bytes += s.len;
+                batch.push(s);
+            }
             Ok(Msg::Stop) | Err(_) => break,
         }
-        while batch.len() < sh.cfg.gather {
+        while batch.len() < sh.cfg.gather && bytes < GATHER_MAX_BYTES {
             match queue.try_recv() {
-                Ok(Msg::Work(s)) => batch.push(s),
+                Ok(Msg::Work(s)) => {
+                    bytes += s.len;
+                    batch.push(s);
+                }
                 Ok(Msg::Stop) => {
                     stopping = true;
                     break;
@@ -362,7 +431,7 @@ impl LaneTx {
             }
         }
         let stream = self.conn.as_ref().expect("connected").clone();
-        if let Err(e) = send_batch(sh, &stream, batch, &mut self.headers, &self.expect) {
+        if let Err(e) = send_batch(sh, lane, &stream, batch, &mut self.headers, &self.expect) {
             tw_log!(
                 Level::Warn,
                 "tcp lane to {}:{}: send failed: {e}",
@@ -413,6 +482,7 @@ fn open_lane(
 /// reply are handed to the receiver first; v1 WRITEs complete once their bytes are sent.
 fn send_batch(
     sh: &Shared,
+    lane: usize,
     stream: &TcpStream,
     batch: &mut Vec<Slice>,
     headers: &mut Vec<[u8; HEADER_LEN]>,
@@ -422,8 +492,10 @@ fn send_batch(
     // Relaxed: a stale value only means one more batch on the path that was just turned off,
     // which fails over by itself.
     let vm_on = sh.vm_on.load(Ordering::Relaxed);
-    // GPU memory never takes the same-host kernel copy: it is staged over the socket.
-    let vm = |s: &Slice| vm_on && s.gpu.is_none();
+    // Small requests are cheaper inline on the socket than as a validation round trip plus a
+    // separate copy. GPU memory never takes the same-host kernel copy: it is staged over the
+    // socket.
+    let vm = |s: &Slice| vm_on && s.len >= VM_MIN_BYTES && s.gpu.is_none();
     headers.clear();
     headers.extend(batch.iter().map(|s| {
         Header {
@@ -450,10 +522,13 @@ fn send_batch(
     }
     let mut v1_writes = Vec::new();
     for s in batch.drain(..) {
-        let vm_s = vm(&s);
         if !v2 && s.op == Opcode::Write {
             v1_writes.push(s);
-        } else if let Err(e) = expect.send(Expect::Reply(s, vm_s)) {
+        } else if let Err(e) = {
+            let via_vm = vm(&s);
+            sh.credit[lane].take(s.len);
+            expect.send(Expect::Reply(s, via_vm))
+        } {
             if let Expect::Reply(s, _) = e.into_inner() {
                 s.done.finish(Err(ErrorKind::Shutdown));
             }
@@ -521,6 +596,7 @@ fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
             Expect::Reply(s, vm) => (s, vm),
             Expect::Stop => break,
         };
+        let _credit = CreditBack(&sh.credit[lane], slice.len);
         let Some((st, generation)) = stream.as_ref().filter(|_| !broken) else {
             if after_reject {
                 sh.resend(slice);
