@@ -179,6 +179,16 @@ SIGNATURES = {
         c_int32,
     ),
     "tw_engine_probe": ([c_void_p, c_char_p], c_int32),
+    # GPU memory (CUDA driver loaded at run time) and stream-ordered transfers.
+    "tw_gpu_available": ([_p(c_int32)], c_int32),
+    "tw_memory_location": ([c_void_p, c_void_p, c_void_p, c_size_t], c_int32),
+    "tw_transfer_on_stream": (
+        [c_void_p, _p(TransferRequest), c_size_t, c_void_p, _p(c_uint64)],
+        c_int32,
+    ),
+    "tw_stream_op_status": ([c_void_p, c_uint64, _p(TransferStatus)], c_int32),
+    "tw_stream_op_wait": ([c_void_p, c_uint64, c_int64], c_int32),
+    "tw_stream_op_free": ([c_void_p, c_uint64], c_int32),
     "tw_result_str": ([c_int32], c_char_p),
     "tw_last_error_message": ([c_void_p, c_size_t], c_size_t),
 }
