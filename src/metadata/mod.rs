@@ -80,10 +80,8 @@ pub fn first_lan_ipv4() -> Option<String> {
             && flags & libc::IFF_RUNNING != 0
             && flags & libc::IFF_LOOPBACK == 0;
         // SAFETY: a non-NULL ifa_addr points at a sockaddr whose family says its real type.
-        if usable
-            && !ifa.ifa_addr.is_null()
-            && unsafe { (*ifa.ifa_addr).sa_family } as i32 == libc::AF_INET
-        {
+        let family = (!ifa.ifa_addr.is_null()).then(|| unsafe { (*ifa.ifa_addr).sa_family });
+        if usable && family.map(i32::from) == Some(libc::AF_INET) {
             // SAFETY: the family is AF_INET, so this is a sockaddr_in.
             let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
             found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)).to_string());
