@@ -51,7 +51,18 @@ __all__ = [
     "P2PHANDSHAKE",
 ]
 
-SUPPORT_CUDA = False
+def _cuda_devices():
+    """Number of CUDA devices the library can use (0 without a driver or GPU)."""
+    try:
+        n = ctypes.c_int32()
+        return n.value if _ffi.lib().tw_gpu_available(ctypes.byref(n)) == 0 else 0
+    except Exception:  # library not loadable yet: reported when an engine is created
+        return 0
+
+
+#: True when a CUDA driver and device are present (decided when the module is imported; the
+#: library itself loads CUDA at run time, so one package serves CPU-only and GPU hosts).
+SUPPORT_CUDA = _cuda_devices() > 0
 SUPPORT_EFA = False
 SUPPORT_HIP = False
 SUPPORT_MNNVL = False
@@ -576,6 +587,41 @@ class TransferEngine:
     # ----------------------------------------------------------------------------------------
     # memory
     # ----------------------------------------------------------------------------------------
+    # --- stream-ordered transfers (Mooncake's CUDA-build methods) ----------------------------
+    def _on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr, opcode):
+        """Enqueues the transfer on a CUDA stream: it starts when the stream reaches this point
+        and later work on the stream waits for it. Unlike Mooncake, a failure never exits the
+        process: it is logged (and the stream still proceeds)."""
+        if not (len(buffers) == len(peer_buffer_addresses) == len(lengths)):
+            raise RuntimeError("buffers, peer_buffer_addresses and lengths differ in length")
+        seg = self._segment(target_hostname)
+        if seg < 0:
+            raise RuntimeError(f"cannot open segment {target_hostname!r}: {_ffi.last_error_message()}")
+        reqs, _ = _request_array(int(opcode), seg, buffers, peer_buffer_addresses, lengths)
+        rc = self._lib.tw_transfer_on_stream(self._eng, reqs, len(buffers), ctypes.c_void_p(stream_ptr or None), None)
+        if rc != 0:
+            raise RuntimeError(f"transfer on CUDA stream failed ({rc}): {_ffi.last_error_message()}")
+
+    def transfer_write_on_cuda(self, target_hostname, buffer, peer_buffer_address, length,
+                               stream_ptr=0, transport_hint=""):
+        """WRITE ``length`` bytes in stream order on ``stream_ptr`` (a ``cudaStream_t``)."""
+        self._on_cuda(target_hostname, [buffer], [peer_buffer_address], [length], stream_ptr, 1)
+
+    def transfer_read_on_cuda(self, target_hostname, buffer, peer_buffer_address, length,
+                              stream_ptr=0, transport_hint=""):
+        """READ ``length`` bytes in stream order on ``stream_ptr`` (a ``cudaStream_t``)."""
+        self._on_cuda(target_hostname, [buffer], [peer_buffer_address], [length], stream_ptr, 0)
+
+    def batch_transfer_write_on_cuda(self, target_hostname, buffers, peer_buffer_addresses,
+                                     lengths, stream_ptr=0, transport_hint=""):
+        """Batched :meth:`transfer_write_on_cuda`."""
+        self._on_cuda(target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr, 1)
+
+    def batch_transfer_read_on_cuda(self, target_hostname, buffers, peer_buffer_addresses,
+                                    lengths, stream_ptr=0, transport_hint=""):
+        """Batched :meth:`transfer_read_on_cuda`."""
+        self._on_cuda(target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr, 0)
+
     def register_memory(self, buffer_addr, capacity, location="*"):
         """Registers ``[buffer_addr, buffer_addr + capacity)``. 0, -1 (zero length or bad
         argument) or -7 (overlaps a registered region)."""
