@@ -158,6 +158,7 @@ enum Target {
     Local,
     InProcess(std::sync::Weak<crate::memory::Registry>),
     Tcp(Arc<crate::transport::tcp::client::Peer>),
+    Rdma(Arc<crate::transport::rdma::RdmaPeer>),
 }
 
 impl Inner {
@@ -181,6 +182,7 @@ impl Inner {
             Route::Local => Ok(Target::Local),
             Route::InProcess(r) => Ok(Target::InProcess(r)),
             Route::Tcp(p) => Ok(Target::Tcp(p)),
+            Route::Rdma(p) => Ok(Target::Rdma(p)),
             Route::Unsupported(p) => fail(
                 ErrorKind::Unsupported,
                 format!(
@@ -230,7 +232,10 @@ impl Inner {
                     .map_err(|e| {
                         Error::new(e.kind(), format!("request {i}: local {}", e.message()))
                     })?;
-                if r.len.div_ceil(self.cfg.slice_size.max(1)) > u32::MAX as u64 {
+                if r.len
+                    .div_ceil(self.cfg.slice_size.min(self.cfg.rdma_slice_size).max(1))
+                    > u32::MAX as u64
+                {
                     return fail(
                         ErrorKind::InvalidArgument,
                         format!("request {i}: length {} is too large", r.len),
@@ -248,14 +253,19 @@ impl Inner {
             }
             targets.push(t);
         }
-        let slice = self.cfg.slice_size.max(1);
-        for (i, r) in reqs.iter().enumerate() {
-            let n = r.len.div_ceil(slice);
+        let tcp_slice = self.cfg.slice_size.max(1);
+        let slice_for = |t: &Target| match t {
+            Target::Rdma(_) => self.cfg.rdma_slice_size.max(1),
+            _ => tcp_slice,
+        };
+        for (i, (r, t)) in reqs.iter().zip(&targets).enumerate() {
+            let n = r.len.div_ceil(slice_for(t));
             batch.prepare_task(start + i, n as u32);
         }
         batch.publish(start + reqs.len());
         for (i, (r, t)) in reqs.iter().zip(targets).enumerate() {
             let task = (start + i) as u32;
+            let slice = slice_for(&t);
             match t {
                 Target::Local => {
                     let mut off = 0;
@@ -295,6 +305,21 @@ impl Inner {
                             None => Err(ErrorKind::Socket),
                         };
                         batch.slice_finished(task, res);
+                        off += n;
+                    }
+                }
+                Target::Rdma(peer) => {
+                    let mut off = 0;
+                    while off < r.len {
+                        let n = slice.min(r.len - off);
+                        peer.submit(Slice {
+                            op: r.op,
+                            local: r.local + off,
+                            remote: r.remote + off,
+                            len: n,
+                            retries: 0,
+                            done: SliceDone::new(batch.clone(), task),
+                        });
                         off += n;
                     }
                 }

@@ -2,6 +2,7 @@
 //! its task through [`SliceDone`](crate::engine::batch::SliceDone).
 
 pub mod local;
+pub mod rdma;
 pub mod samehost;
 pub mod tcp;
 
