@@ -496,3 +496,81 @@ fn two_processes_then_the_peer_disappears() {
         started.elapsed()
     );
 }
+
+/// The Mooncake C API: `installTransport("rdma")` installs RDMA on the fake NICs, and a write
+/// then a read through `submitTransfer` move and verify bytes.
+#[test]
+fn mooncake_api_installs_rdma() {
+    use std::ffi::{CStr, c_char};
+    use tidewire::ffi::mooncake::*;
+    use_fake();
+    let p2p = c"P2PHANDSHAKE".as_ptr();
+    let host = c"127.0.0.1".as_ptr();
+    let t = createTransferEngine(p2p, host, host, 0, 0);
+    let i = createTransferEngine(p2p, host, host, 0, 0);
+    assert!(!t.is_null() && !i.is_null());
+    for e in [t, i] {
+        assert!(!installTransport(e, c"rdma".as_ptr(), std::ptr::null_mut()).is_null());
+    }
+    let tbuf = Buf::new(1 << 20, 0);
+    let src = Buf::pattern(700_000, 21);
+    let back = Buf::new(700_000, 0);
+    let loc = c"cpu:0".as_ptr();
+    assert_eq!(
+        registerLocalMemory(t, tbuf.addr() as *mut _, tbuf.0.len(), loc, 1),
+        0
+    );
+    assert_eq!(
+        registerLocalMemory(i, src.addr() as *mut _, src.0.len(), loc, 1),
+        0
+    );
+    assert_eq!(
+        registerLocalMemory(i, back.addr() as *mut _, back.0.len(), loc, 1),
+        0
+    );
+    let mut name = [0 as c_char; 128];
+    assert_eq!(getLocalIpAndPort(t, name.as_mut_ptr(), name.len()), 0);
+    // SAFETY: NUL-terminated by getLocalIpAndPort.
+    let name_str = unsafe { CStr::from_ptr(name.as_ptr()) }.to_owned();
+    let seg = openSegment(i, name_str.as_ptr());
+    assert!(seg > 0, "openSegment {name_str:?}");
+    let before = fake_stats();
+    for (op, local) in [(1, src.addr()), (0, back.addr())] {
+        let b = allocateBatchID(i, 1);
+        let mut req = transfer_request {
+            opcode: op,
+            source: local as *mut _,
+            target_id: seg,
+            target_offset: tbuf.addr() + 100,
+            length: src.len(),
+        };
+        assert_eq!(submitTransfer(i, b, &mut req, 1), 0);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut st = transfer_status {
+            status: 0,
+            transferred_bytes: 0,
+        };
+        loop {
+            assert_eq!(getTransferStatus(i, b, 0, &mut st), 0);
+            if st.status != 0 && st.status != 1 && st.status != 2 && st.status != 3 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "transfer stuck");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            (st.status, st.transferred_bytes),
+            (4, src.len()),
+            "opcode {op}"
+        );
+        assert_eq!(freeBatchID(i, b), 0);
+    }
+    assert!(back.0 == src.0);
+    let after = fake_stats();
+    assert!(
+        after[0] - before[0] >= 22,
+        "not over the fake NICs: {before:?} -> {after:?}"
+    );
+    destroyTransferEngine(i);
+    destroyTransferEngine(t);
+}

@@ -102,7 +102,7 @@ fn pick_gid(
 
 impl Device {
     /// Opens `dev` and allocates its PD, completion channel and CQ. `Err` = not usable (reason).
-    pub fn open(verbs: &Arc<Verbs>, dev: *mut ibv_device) -> Result<Device, String> {
+    pub(crate) fn open(verbs: &Arc<Verbs>, dev: *mut ibv_device) -> Result<Device, String> {
         // SAFETY: `dev` comes from the current device list.
         let name = unsafe { CStr::from_ptr((verbs.get_device_name)(dev)) }
             .to_string_lossy()
