@@ -17,7 +17,10 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/http_metadata_server.py");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/interop/http_metadata_server.py"
+        );
         let mut child = Command::new("python3")
             .args([script, "--port", "0", "--exit-on-stdin-eof"])
             .stdin(Stdio::piped())
@@ -25,9 +28,14 @@ impl Server {
             .spawn()
             .expect("python3 runs the metadata server");
         let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
         let v: serde_json::Value = serde_json::from_str(&line).expect("server prints its port");
-        Server { port: v["port"].as_u64().unwrap() as u16, child }
+        Server {
+            port: v["port"].as_u64().unwrap() as u16,
+            child,
+        }
     }
 
     fn url(&self) -> String {
@@ -37,7 +45,11 @@ impl Server {
     fn keys(&self) -> Vec<String> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        write!(s, "GET /keys HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        write!(
+            s,
+            "GET /keys HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
         let mut resp = String::new();
         s.read_to_string(&mut resp).unwrap();
         let body = resp.split("\r\n\r\n").nth(1).unwrap();
@@ -53,7 +65,11 @@ impl Drop for Server {
 }
 
 fn node(server: &Server, name: &str) -> tidewire::Engine {
-    engine_with(&[("metadata", &server.url()), ("local_server_name", name), ("bind_address", "127.0.0.1")])
+    engine_with(&[
+        ("metadata", &server.url()),
+        ("local_server_name", name),
+        ("bind_address", "127.0.0.1"),
+    ])
 }
 
 #[test]
@@ -61,39 +77,73 @@ fn publish_open_transfer_notify_and_remove() {
     let server = Server::start();
     let a = node(&server, "node-a");
     let b = node(&server, "node-b");
-    assert_eq!(a.name(), "node-a", "in metadata mode the name is the key, verbatim");
+    assert_eq!(
+        a.name(),
+        "node-a",
+        "in metadata mode the name is the key, verbatim"
+    );
     let keys = server.keys();
-    for k in ["mooncake/ram/node-a", "mooncake/rpc_meta/node-a", "mooncake/ram/node-b", "mooncake/rpc_meta/node-b"] {
+    for k in [
+        "mooncake/ram/node-a",
+        "mooncake/rpc_meta/node-a",
+        "mooncake/ram/node-b",
+        "mooncake/rpc_meta/node-b",
+    ] {
         assert!(keys.iter().any(|x| x == k), "{k} missing from {keys:?}");
     }
     // Registering republishes; the peer sees the buffer after opening by name.
     let remote = Buf::pattern(1 << 20, 5);
-    b.register_memory(remote.addr(), remote.len(), "cpu:0", true).unwrap();
+    b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+        .unwrap();
     let local = Buf::new(1 << 20, 0);
-    a.register_memory(local.addr(), local.len(), "cpu:0", true).unwrap();
+    a.register_memory(local.addr(), local.len(), "cpu:0", true)
+        .unwrap();
     let seg = a.open_segment("node-b").unwrap();
     assert_eq!(a.segment_descriptor(seg).unwrap().buffers.len(), 1);
     let batch = a.alloc_batch(1).unwrap();
-    a.submit(batch, &[Request { op: Opcode::Read, local: local.addr(), segment: seg, remote: remote.addr(), len: remote.len() }]).unwrap();
+    a.submit(
+        batch,
+        &[Request {
+            op: Opcode::Read,
+            local: local.addr(),
+            segment: seg,
+            remote: remote.addr(),
+            len: remote.len(),
+        }],
+    )
+    .unwrap();
     a.wait_batch(batch, Some(Duration::from_secs(10))).unwrap();
     assert_eq!(local.0, remote.0);
     a.send_notify(seg, "layer", "7").unwrap();
     assert_eq!(b.take_notifications()[0].msg, "7");
-    assert_eq!(a.open_segment("node-missing").unwrap_err().kind(), ErrorKind::UnknownSegment);
+    assert_eq!(
+        a.open_segment("node-missing").unwrap_err().kind(),
+        ErrorKind::UnknownSegment
+    );
     drop(b);
     let keys = server.keys();
-    assert!(!keys.iter().any(|k| k.ends_with("/node-b")), "node-b's keys removed: {keys:?}");
+    assert!(
+        !keys.iter().any(|k| k.ends_with("/node-b")),
+        "node-b's keys removed: {keys:?}"
+    );
     assert!(keys.iter().any(|k| k == "mooncake/ram/node-a"));
 }
 
 #[test]
 fn metadata_server_down_is_a_clear_error() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut cfg = tidewire::Config::default();
-    cfg.set("metadata", &format!("http://127.0.0.1:{port}/metadata")).unwrap();
+    cfg.set("metadata", &format!("http://127.0.0.1:{port}/metadata"))
+        .unwrap();
     cfg.set("local_server_name", "lonely").unwrap();
     cfg.set("bind_address", "127.0.0.1").unwrap();
-    let e = tidewire::Engine::new(cfg).err().expect("no metadata server, no engine");
+    let e = tidewire::Engine::new(cfg)
+        .err()
+        .expect("no metadata server, no engine");
     assert_eq!(e.kind(), ErrorKind::Metadata, "{e}");
 }
 

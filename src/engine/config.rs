@@ -36,6 +36,30 @@ pub struct Config {
     /// Same-host shortcuts between tidewire engines (in-process memcpy, cross-process
     /// `process_vm_*`); off = every byte through TCP.
     pub same_host: bool,
+    /// RDMA: `Auto` (use it when a device is usable), `Off`, or `On` (engine creation fails
+    /// without it).
+    pub rdma: RdmaMode,
+    /// RDMA device names to use (`MC_TE_FILTERS`); empty = every active device.
+    pub rdma_devices: Vec<String>,
+    /// Bytes per RDMA work request.
+    pub rdma_slice_size: u64,
+    /// Queue pairs per (local device, peer device) pair.
+    pub rdma_qp_per_ep: usize,
+    /// Send queue depth per queue pair.
+    pub rdma_max_wr: u32,
+    /// Retries of a failed RDMA slice on another path.
+    pub rdma_retries: u8,
+}
+
+/// Whether an engine uses RDMA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdmaMode {
+    /// When a device is usable (the default).
+    Auto,
+    /// Never.
+    Off,
+    /// Always: creating the engine fails when RDMA is unavailable.
+    On,
 }
 
 impl Default for Config {
@@ -53,6 +77,12 @@ impl Default for Config {
             io_timeout: Duration::from_secs(30),
             handshake_max_len: crate::metadata::rpc::DEFAULT_MAX_FRAME,
             same_host: true,
+            rdma: RdmaMode::Auto,
+            rdma_devices: Vec::new(),
+            rdma_slice_size: 64 << 10,
+            rdma_qp_per_ep: 2,
+            rdma_max_wr: 256,
+            rdma_retries: 8,
         };
         c.apply_env();
         c
@@ -93,6 +123,30 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "same_host",
         "1 (default) = same-host shortcuts between tidewire engines, 0 = TCP only",
+    ),
+    (
+        "rdma",
+        "auto (default: RDMA when a device is usable) | off | on (fail without RDMA)",
+    ),
+    (
+        "rdma_devices",
+        "comma-separated RDMA device names to use (default: all active)",
+    ),
+    (
+        "rdma_slice_size",
+        "bytes per RDMA work request (default 65536)",
+    ),
+    (
+        "rdma_qp_per_ep",
+        "queue pairs per device pair, 1..=16 (default 2)",
+    ),
+    (
+        "rdma_max_wr",
+        "send queue depth per queue pair, 1..=8192 (default 256)",
+    ),
+    (
+        "rdma_retries",
+        "retries of a failed RDMA slice on another path, 0..=64 (default 8)",
     ),
 ];
 
@@ -159,6 +213,31 @@ impl Config {
                     }
                 }
             }
+            "rdma" => {
+                self.rdma = match value.trim().to_ascii_lowercase().as_str() {
+                    "auto" | "" => RdmaMode::Auto,
+                    "off" | "0" | "false" | "no" => RdmaMode::Off,
+                    "on" | "1" | "true" | "yes" => RdmaMode::On,
+                    v => {
+                        return Err(Error::new(
+                            ErrorKind::InvalidArgument,
+                            format!("rdma: {v:?} is not auto/off/on"),
+                        ));
+                    }
+                }
+            }
+            "rdma_devices" => {
+                self.rdma_devices = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|d| !d.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
+            "rdma_slice_size" => self.rdma_slice_size = ranged(key, value, 4096, 1 << 30)?,
+            "rdma_qp_per_ep" => self.rdma_qp_per_ep = ranged(key, value, 1, 16)? as usize,
+            "rdma_max_wr" => self.rdma_max_wr = ranged(key, value, 1, 8192)? as u32,
+            "rdma_retries" => self.rdma_retries = ranged(key, value, 0, 64)? as u8,
             _ => {
                 let known: Vec<&str> = KEYS.iter().map(|k| k.0).collect();
                 return Err(Error::new(
@@ -181,6 +260,12 @@ impl Config {
             ("TW_SLICE_SIZE", "slice_size"),
             ("TW_TCP_LANES", "tcp_lanes"),
             ("TW_SAME_HOST", "same_host"),
+            ("TW_RDMA", "rdma"),
+            ("MC_TE_FILTERS", "rdma_devices"),
+            ("MC_SLICE_SIZE", "rdma_slice_size"),
+            ("MC_NUM_QP_PER_EP", "rdma_qp_per_ep"),
+            ("MC_MAX_WR", "rdma_max_wr"),
+            ("MC_RETRY_CNT", "rdma_retries"),
         ];
         for (var, key) in pairs {
             if let Ok(v) = std::env::var(var) {
@@ -188,6 +273,14 @@ impl Config {
                     crate::tw_log!(crate::log::Level::Warn, "ignoring {var}={v:?}: {e}");
                 }
             }
+        }
+        if std::env::var("MC_FORCE_TCP").is_ok_and(|v| {
+            !matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "" | "0" | "false" | "off" | "no"
+            )
+        }) {
+            self.rdma = RdmaMode::Off;
         }
         if let Some(secs) = std::env::var("MC_HANDSHAKE_CONNECT_TIMEOUT")
             .ok()

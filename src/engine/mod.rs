@@ -5,13 +5,14 @@
 pub mod batch;
 pub mod config;
 pub mod ids;
+mod rdma;
 pub mod scatter;
 pub mod segments;
 pub mod stream;
 pub mod transfer;
 
 pub use batch::{TaskState, TaskStatus};
-pub use config::Config;
+pub use config::{Config, RdmaMode};
 pub use scatter::{FragmentResult, ScatterRange};
 pub use segments::{LOCAL_SEGMENT, SegmentId};
 pub use transfer::Request;
@@ -72,6 +73,9 @@ pub(crate) struct Inner {
     /// Random identity for the same-host path; boxed so its address (published as
     /// `tw_token_addr`) is stable and readable by a verifying peer.
     token: Box<u64>,
+    /// The RDMA transport, once installed (`rdma.rs`), and why it is not when it is not.
+    rdma: std::sync::OnceLock<Arc<crate::transport::rdma::Rdma>>,
+    rdma_note: Mutex<String>,
 }
 
 fn bind(host: &str, port: u16) -> Result<TcpListener> {
@@ -164,6 +168,8 @@ impl Engine {
             store,
             servers: Mutex::new(None),
             token: Box::new(samehost::new_token()),
+            rdma: std::sync::OnceLock::new(),
+            rdma_note: Mutex::new(String::new()),
         });
         samehost::announce(*inner.token, Arc::downgrade(&inner.registry));
         let weak = Arc::downgrade(&inner);
@@ -175,6 +181,7 @@ impl Engine {
             .map_err(|e| Error::new(ErrorKind::Internal, format!("starting tcp server: {e}")))?;
         *inner.servers.lock().unwrap_or_else(|e| e.into_inner()) = Some((rpc, tcp));
         let engine = Engine { inner };
+        engine.start_rdma()?;
         if let Some(store) = &engine.inner.store {
             let meta =
                 serde_json::json!({"ip_or_host_name": engine.inner.rpc_host, "rpc_port": rpc_port});
@@ -226,23 +233,37 @@ impl Engine {
         location: &str,
         remote_accessible: bool,
     ) -> Result<()> {
-        self.inner
+        let fresh = self
+            .inner
             .registry
             .register(addr, len, location, remote_accessible)?;
+        if fresh {
+            self.inner
+                .rdma_register(&[(addr, len)], remote_accessible)?;
+        }
         self.inner.publish_logged();
         Ok(())
     }
 
     /// Registers several ranges, all or none.
     pub fn register_memory_batch(&self, ranges: &[(u64, u64)], location: &str) -> Result<()> {
-        self.inner.registry.register_all(ranges, location, true)?;
+        let fresh = self.inner.registry.register_all(ranges, location, true)?;
+        let new: Vec<(u64, u64)> = ranges
+            .iter()
+            .zip(&fresh)
+            .filter(|(_, f)| **f)
+            .map(|(r, _)| *r)
+            .collect();
+        self.inner.rdma_register(&new, true)?;
         self.inner.publish_logged();
         Ok(())
     }
 
     /// Drops one registration of the region starting at `addr`.
     pub fn unregister_memory(&self, addr: u64) -> Result<()> {
-        self.inner.registry.unregister(addr)?;
+        if self.inner.registry.unregister(addr)? {
+            self.inner.rdma_unregister(addr);
+        }
         self.inner.publish_logged();
         Ok(())
     }
@@ -266,8 +287,12 @@ impl Engine {
     pub fn unregister_memory_batch(&self, addrs: &[u64]) -> Result<()> {
         let mut first = None;
         for &a in addrs {
-            if let Err(e) = self.inner.registry.unregister(a) {
-                first.get_or_insert(e);
+            match self.inner.registry.unregister(a) {
+                Ok(true) => self.inner.rdma_unregister(a),
+                Ok(false) => {}
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
             }
         }
         self.inner.publish_logged();
@@ -380,6 +405,7 @@ impl Engine {
             Route::Local => "local",
             Route::InProcess(_) => "in-process",
             Route::Tcp(p) => p.path_name(),
+            Route::Rdma(_) => "rdma",
             Route::Unsupported(_) => "unsupported",
         })
     }
@@ -425,6 +451,9 @@ impl Drop for Engine {
         samehost::withdraw(*self.inner.token);
         *self.inner.live.write().unwrap_or_else(|e| e.into_inner()) = false;
         self.inner.client.shutdown();
+        if let Some(r) = self.inner.rdma.get() {
+            r.shutdown();
+        }
         drop(
             self.inner
                 .servers
@@ -467,6 +496,12 @@ impl Inner {
     }
 
     fn local_desc(&self) -> SegmentDesc {
+        let mut d = self.tcp_desc();
+        self.add_rdma_desc(&mut d);
+        d
+    }
+
+    fn tcp_desc(&self) -> SegmentDesc {
         SegmentDesc {
             buffers: self
                 .registry
@@ -477,9 +512,12 @@ impl Inner {
                     name: self.name.clone(),
                     addr: r.base,
                     length: r.len,
+                    ..Default::default()
                 })
                 .collect(),
+            devices: Vec::new(),
             name: self.name.clone(),
+            priority_matrix: None,
             protocol: "tcp".to_string(),
             rdma_server_name: String::new(),
             tcp_data_host: self.rpc_host.clone(),
@@ -626,38 +664,46 @@ impl Inner {
                 SegmentDesc::decode(&body)?
             }
         };
-        let route =
-            if desc.name == self.name {
-                Route::Local
-            } else if desc.protocol != "tcp" {
-                Route::Unsupported(desc.protocol.clone())
+        let rdma_route = if desc.name == self.name {
+            None
+        } else {
+            self.rdma_route(name, &(host.clone(), port), &desc)
+        };
+        let route = if let Some(r) = rdma_route {
+            r
+        } else if desc.name == self.name {
+            Route::Local
+        } else if desc.protocol != "tcp" && (desc.protocol != "rdma" || desc.tcp_data_port == 0) {
+            Route::Unsupported(desc.protocol.clone())
+        } else {
+            let data_host = if desc.tcp_data_host.is_empty() {
+                host.clone()
             } else {
-                let data_host = if desc.tcp_data_host.is_empty() {
-                    host.clone()
-                } else {
-                    desc.tcp_data_host.clone()
-                };
-                let v2 = desc.tcp_proto_version >= 2 && self.cfg.tcp_proto >= 2;
-                if let Some(registry) = self.in_process_peer(&desc) {
-                    Route::InProcess(registry)
-                } else {
-                    let addr = PeerAddr {
-                        host: data_host,
-                        port: desc.tcp_data_port,
-                        v2,
-                        vm_pid: if v2 { self.same_host_pid(&desc) } else { 0 },
-                    };
-                    if addr.port == 0 {
-                        return fail(
-                            ErrorKind::Metadata,
-                            format!("segment {name:?} publishes no tcp_data_port"),
-                        );
-                    }
-                    Route::Tcp(self.client.peer(&addr).map_err(|e| {
-                        Error::new(ErrorKind::Internal, format!("starting lanes: {e}"))
-                    })?)
-                }
+                desc.tcp_data_host.clone()
             };
+            let v2 = desc.tcp_proto_version >= 2 && self.cfg.tcp_proto >= 2;
+            if let Some(registry) = self.in_process_peer(&desc) {
+                Route::InProcess(registry)
+            } else {
+                let addr = PeerAddr {
+                    host: data_host,
+                    port: desc.tcp_data_port,
+                    v2,
+                    vm_pid: if v2 { self.same_host_pid(&desc) } else { 0 },
+                };
+                if addr.port == 0 {
+                    return fail(
+                        ErrorKind::Metadata,
+                        format!("segment {name:?} publishes no tcp_data_port"),
+                    );
+                }
+                Route::Tcp(
+                    self.client.peer(&addr).map_err(|e| {
+                        Error::new(ErrorKind::Internal, format!("starting lanes: {e}"))
+                    })?,
+                )
+            }
+        };
         Ok(Segment {
             name: name.to_string(),
             rpc: (host, port),
@@ -718,6 +764,9 @@ fn handle_rpc(weak: &Weak<Inner>, ty: MsgType, body: &[u8]) -> Option<Vec<u8>> {
                     r#"{"name":"","notify_msg":""}"#.to_string()
                 }
             }
+        }
+        MsgType::Connection if inner.rdma.get().is_some() => {
+            inner.rdma.get().map(|r| r.on_handshake(body)).unwrap_or_default()
         }
         MsgType::Connection => serde_json::json!({
             "local_gid": "", "local_lid": 0, "local_nic_path": "", "peer_nic_path": "", "qp_num": [],

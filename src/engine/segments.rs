@@ -20,6 +20,8 @@ pub enum Route {
     InProcess(std::sync::Weak<crate::memory::Registry>),
     /// A peer over TCP lanes.
     Tcp(Arc<Peer>),
+    /// A peer over RDMA.
+    Rdma(Arc<crate::transport::rdma::RdmaPeer>),
     /// The peer publishes a protocol this engine cannot speak.
     Unsupported(String),
 }

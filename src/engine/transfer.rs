@@ -159,6 +159,7 @@ enum Target {
     Local,
     InProcess(std::sync::Weak<crate::memory::Registry>),
     Tcp(Arc<crate::transport::tcp::client::Peer>),
+    Rdma(Arc<crate::transport::rdma::RdmaPeer>),
 }
 
 impl Inner {
@@ -182,6 +183,7 @@ impl Inner {
             Route::Local => Ok(Target::Local),
             Route::InProcess(r) => Ok(Target::InProcess(r)),
             Route::Tcp(p) => Ok(Target::Tcp(p)),
+            Route::Rdma(p) => Ok(Target::Rdma(p)),
             Route::Unsupported(p) => fail(
                 ErrorKind::Unsupported,
                 format!(
@@ -259,7 +261,10 @@ impl Inner {
                     .map_err(|e| {
                         Error::new(e.kind(), format!("request {i}: local {}", e.message()))
                     })?;
-                if r.len.div_ceil(self.cfg.slice_size.max(1)) > u32::MAX as u64 {
+                if r.len
+                    .div_ceil(self.cfg.slice_size.min(self.cfg.rdma_slice_size).max(1))
+                    > u32::MAX as u64
+                {
                     return fail(
                         ErrorKind::InvalidArgument,
                         format!("request {i}: length {} is too large", r.len),
@@ -277,9 +282,12 @@ impl Inner {
             }
             targets.push((t, gpu));
         }
-        let slice = self.cfg.slice_size.max(1);
-        for (i, r) in reqs.iter().enumerate() {
-            let n = r.len.div_ceil(slice);
+        let slice_for = |t: &Target| match t {
+            Target::Rdma(_) => self.cfg.rdma_slice_size.max(1),
+            _ => self.cfg.slice_size.max(1),
+        };
+        for (i, (r, (t, _))) in reqs.iter().zip(&targets).enumerate() {
+            let n = r.len.div_ceil(slice_for(t));
             batch.prepare_task(start + i, n as u32);
         }
         batch.publish(start + reqs.len());
@@ -287,6 +295,7 @@ impl Inner {
         let mut pending: Option<(Arc<Peer>, Vec<Slice>)> = None;
         for (i, (r, (t, gpu))) in reqs.iter().zip(targets).enumerate() {
             let task = (start + i) as u32;
+            let slice = slice_for(&t);
             let slices = (0..r.len)
                 .step_by(slice as usize)
                 .map(|off| (off, slice.min(r.len - off)));
@@ -307,8 +316,21 @@ impl Inner {
                         batch.slice_finished(task, res);
                     }
                 }
-                // RDMA (not built here) must decide the same way: a region with `gpu.is_some()`
-                // needs a GPUDirect/dma-buf memory region, or staging as TCP does it.
+                Target::Rdma(peer) => {
+                    // GPU regions go to the NIC as registered (GPUDirect); staging through host
+                    // memory, as TCP does, is not built for RDMA yet.
+                    for (off, n) in slices {
+                        peer.submit(Slice {
+                            op: r.op,
+                            local: r.local + off,
+                            remote: r.remote + off,
+                            len: n,
+                            retries: 0,
+                            gpu,
+                            done: SliceDone::new(batch.clone(), task),
+                        });
+                    }
+                }
                 Target::Tcp(peer) => {
                     if pending
                         .as_ref()

@@ -131,9 +131,14 @@ fn create(
     let mut cfg = Config::default();
     cfg.set("metadata", metadata)?;
     cfg.set("local_server_name", server_name)?;
+    // Auto-discovery installs RDMA when a device is usable (TCP otherwise, as Mooncake does
+    // without HCAs); without it RDMA waits for installTransport("rdma"). MC_FORCE_TCP wins.
+    let force_tcp = truthy_env("MC_FORCE_TCP");
+    if auto_discover == 0 || force_tcp {
+        cfg.rdma = crate::engine::RdmaMode::Off;
+    }
     let engine = Engine::new(cfg)?;
-    // No RDMA here, so auto-discovery settles on TCP, as Mooncake does without HCAs.
-    let tcp = auto_discover != 0 || truthy_env("MC_FORCE_TCP");
+    let tcp = auto_discover != 0 || force_tcp;
     Ok(Box::new(MooncakeEngine {
         engine,
         tcp: AtomicBool::new(tcp),
@@ -222,7 +227,15 @@ fn install(h: &MooncakeEngine, proto: &str, args: *mut *mut c_void) -> Result<*m
             }
             Ok(std::ptr::from_ref(&h.tcp).cast_mut().cast())
         }
-        "rdma" => Err(err(ErrorKind::Unsupported, NO_RDMA)),
+        "rdma" => {
+            if truthy_env("MC_FORCE_TCP") {
+                return Err(err(ErrorKind::Unsupported, "rdma: MC_FORCE_TCP is set"));
+            }
+            h.engine.install_rdma()?;
+            // Release pairs with the Acquire loads in `tcp_installed`: a transport is installed.
+            h.tcp.store(true, Ordering::Release);
+            Ok(std::ptr::from_ref(&h.engine).cast_mut().cast())
+        }
         other => Err(err(
             ErrorKind::Unsupported,
             format!("Unsupported transport {other:?} (only \"tcp\" is available)"),
@@ -231,7 +244,8 @@ fn install(h: &MooncakeEngine, proto: &str, args: *mut *mut c_void) -> Result<*m
 }
 
 /// Installs a transport. Returns a non-NULL opaque handle owned by the engine (the same one when
-/// called again), or NULL: `"rdma"` (not available in this build/host), an unknown name, a NULL
+/// called again), or NULL: `"rdma"` when no RDMA device is usable (or `MC_FORCE_TCP` is set),
+/// an unknown name, a NULL
 /// engine/proto, or a non-empty `args[0]` that is not a JSON object. `args` may be NULL; only
 /// `args[0]` (a NIC priority matrix, unused by TCP) is read. Thread-safe.
 #[unsafe(no_mangle)]

@@ -5,13 +5,31 @@ use crate::error::{Error, ErrorKind, Result};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// One published buffer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BufferDesc {
     /// Absolute address in the owner's address space.
     pub addr: u64,
     /// Length in bytes.
     pub length: u64,
+    /// Local keys, one per entry of `devices` (RDMA only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lkey: Vec<u32>,
     /// Mooncake TCP uses the segment name here; RDMA uses the location.
+    pub name: String,
+    /// Remote keys, one per entry of `devices` (RDMA only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rkey: Vec<u32>,
+}
+
+/// One published RDMA device (`devices[]` of an RDMA descriptor).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceDesc {
+    /// GID as 16 colon-separated lowercase hex bytes.
+    pub gid: String,
+    /// Port LID (0 on RoCE).
+    #[serde(default)]
+    pub lid: u16,
+    /// Device name (`mlx5_0`).
     pub name: String,
 }
 
@@ -21,9 +39,15 @@ pub struct SegmentDesc {
     /// Registered buffers.
     #[serde(default)]
     pub buffers: Vec<BufferDesc>,
+    /// RDMA devices, in the order of every buffer's `rkey`/`lkey` (RDMA only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceDesc>,
     /// Segment name.
     pub name: String,
-    /// `"tcp"` (Mooncake multi-protocol builds publish an array; we keep the first).
+    /// NIC priority matrix (RDMA only): `{"cpu:0": [[preferred], [available]]}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_matrix: Option<serde_json::Value>,
+    /// `"tcp"` or `"rdma"` (Mooncake multi-protocol builds publish an array; we keep the first).
     #[serde(deserialize_with = "protocol_string")]
     pub protocol: String,
     /// Unused by TCP; Mooncake's wheel always emits it.
@@ -120,6 +144,27 @@ impl SegmentDesc {
             return Err(Error::new(
                 ErrorKind::Metadata,
                 format!("descriptor has an invalid buffer {b:?}"),
+            ));
+        }
+        if let Some(dev) = d
+            .devices
+            .iter()
+            .find(|v| v.name.is_empty() || v.gid.is_empty())
+        {
+            return Err(Error::new(
+                ErrorKind::Metadata,
+                format!("descriptor has an invalid device {dev:?}"),
+            ));
+        }
+        if let Some(b) = d.buffers.iter().find(|b| {
+            b.rkey.len() != b.lkey.len() || (!b.rkey.is_empty() && b.rkey.len() != d.devices.len())
+        }) {
+            return Err(Error::new(
+                ErrorKind::Metadata,
+                format!(
+                    "descriptor buffer {:#x} has keys that do not match its devices",
+                    b.addr
+                ),
             ));
         }
         Ok(d)

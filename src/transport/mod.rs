@@ -3,6 +3,7 @@
 
 pub mod chan;
 pub mod local;
+pub mod rdma;
 pub mod samehost;
 pub mod tcp;
 

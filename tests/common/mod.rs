@@ -37,6 +37,7 @@ pub fn engine() -> Engine {
 pub fn engine_with(opts: &[(&str, &str)]) -> Engine {
     let mut cfg = Config::default();
     cfg.set("same_host", "0").unwrap();
+    cfg.set("rdma", "off").unwrap();
     for (k, v) in opts {
         cfg.set(k, v).unwrap();
     }
