@@ -1,7 +1,7 @@
 //! Batches of READ/WRITE requests: allocate, submit (validated all-or-nothing), poll, wait, free.
 
 use super::batch::{Batch, PendingNotify, SliceDone, TaskState, TaskStatus};
-use super::segments::{LOCAL_SEGMENT, Route, Segment, SegmentId};
+use super::segments::{LOCAL_SEGMENT, Route, SegmentId};
 use super::{Engine, Inner};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::{Access, Registry};
@@ -155,7 +155,8 @@ impl Engine {
 }
 
 /// Resolved destination of one request.
-enum Target {
+#[derive(Clone)]
+pub(crate) enum Target {
     Local,
     InProcess(std::sync::Weak<crate::memory::Registry>),
     Tcp(Arc<crate::transport::tcp::client::Peer>),
@@ -163,35 +164,33 @@ enum Target {
 }
 
 impl Inner {
-    fn target(
-        &self,
-        id: SegmentId,
-        cache: &mut Option<(SegmentId, Arc<Segment>)>,
-    ) -> Result<Target> {
+    fn target(&self, id: SegmentId, cache: &mut Option<(SegmentId, Target)>) -> Result<Target> {
         if id == LOCAL_SEGMENT {
             return Ok(Target::Local);
         }
-        let seg = match cache {
-            Some((cid, s)) if *cid == id => s.clone(),
-            _ => {
-                let s = self.segment(id)?;
-                *cache = Some((id, s.clone()));
-                s
+        if let Some((cid, t)) = cache {
+            if *cid == id {
+                return Ok(t.clone());
+            }
+        }
+        let seg = self.segment(id)?;
+        let t = match seg.route() {
+            Route::Local => Target::Local,
+            Route::InProcess(r) => Target::InProcess(r),
+            Route::Tcp(p) => Target::Tcp(p),
+            Route::Rdma(p) => Target::Rdma(p),
+            Route::Unsupported(p) => {
+                return fail(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "segment {} speaks {p:?}, which this engine does not",
+                        seg.name
+                    ),
+                );
             }
         };
-        match seg.route() {
-            Route::Local => Ok(Target::Local),
-            Route::InProcess(r) => Ok(Target::InProcess(r)),
-            Route::Tcp(p) => Ok(Target::Tcp(p)),
-            Route::Rdma(p) => Ok(Target::Rdma(p)),
-            Route::Unsupported(p) => fail(
-                ErrorKind::Unsupported,
-                format!(
-                    "segment {} speaks {p:?}, which this engine does not",
-                    seg.name
-                ),
-            ),
-        }
+        *cache = Some((id, t.clone()));
+        Ok(t)
     }
 
     /// One same-host copy of `[off, off+n)` of request `r`, checked against `owner` (this engine
@@ -224,7 +223,7 @@ impl Inner {
     pub(crate) fn target_kind(
         &self,
         id: SegmentId,
-        cache: &mut Option<(SegmentId, Arc<Segment>)>,
+        cache: &mut Option<(SegmentId, Target)>,
     ) -> std::result::Result<(), ErrorKind> {
         self.target(id, cache).map(|_| ()).map_err(|e| e.kind())
     }

@@ -160,19 +160,22 @@ const GATHER_MAX_BYTES: u64 = 512 << 10;
 /// Bytes sent on a lane whose replies have not been read yet.
 #[derive(Default)]
 struct Credit {
-    used: Mutex<u64>,
+    /// (bytes outstanding, whether the sender sleeps waiting for them to drop).
+    used: Mutex<(u64, bool)>,
     cv: Condvar,
 }
 
 impl Credit {
     fn take(&self, n: u64) {
-        *self.used.lock().unwrap_or_else(|e| e.into_inner()) += n;
+        self.used.lock().unwrap_or_else(|e| e.into_inner()).0 += n;
     }
 
     fn give(&self, n: u64) {
         let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        *u = u.saturating_sub(n);
-        if *u < LANE_MAX_INFLIGHT_BYTES {
+        u.0 = u.0.saturating_sub(n);
+        // Only a sleeping sender needs the (system-call) wake-up.
+        if u.1 && u.0 < LANE_MAX_INFLIGHT_BYTES {
+            u.1 = false;
             drop(u);
             self.cv.notify_all();
         }
@@ -182,7 +185,8 @@ impl Credit {
     fn wait_below(&self, limit: u64, shutdown: &AtomicBool) {
         let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
         // Acquire pairs with the Release in `Peer::drop`.
-        while *u >= limit && !shutdown.load(Ordering::Acquire) {
+        while u.0 >= limit && !shutdown.load(Ordering::Acquire) {
+            u.1 = true;
             u = self.cv.wait(u).unwrap_or_else(|e| e.into_inner());
         }
     }
