@@ -8,6 +8,7 @@ Two APIs share one library:
 The shared library is located by :mod:`tidewire._ffi` (``TIDEWIRE_LIB`` first) on first use.
 """
 
+from . import _errors
 from ._errors import (
     AddressNotRegistered,
     AddressOverlapped,
@@ -73,24 +74,5 @@ __all__ = [
     "library_path",
     "library_version",
     "LibraryNotFound",
-    "TidewireError",
-    "InvalidArgument",
-    "NullArgument",
-    "TooManyRequests",
-    "AddressNotRegistered",
-    "AddressOverlapped",
-    "InvalidId",
-    "UnknownSegment",
-    "Busy",
-    "TransferTimeout",
-    "Rejected",
-    "SocketError",
-    "ProtocolError",
-    "MetadataError",
-    "Unsupported",
-    "BufferTooSmall",
-    "Shutdown",
-    "InternalError",
-    "PanicError",
-    "CallbackError",
 ]
+__all__ += [n for n in _errors.__all__ if n not in ("check", "error_for")]

@@ -201,6 +201,9 @@ impl Drop for CreditBack<'_> {
     }
 }
 
+/// Payloads at least this large are read straight into their destination.
+pub(crate) const DIRECT_PAYLOAD: u64 = 64 << 10;
+
 /// Slices smaller than this stay on the socket even when the same-host path is on.
 const VM_MIN_BYTES: u64 = 64 << 10;
 
@@ -702,7 +705,14 @@ fn read_reply(
 ) -> Result<(), ReplyError> {
     let mut r = stream;
     if v2 {
-        if !rb.fill(&mut r, STATUS_LEN).map_err(ReplyError::Io)? {
+        // Before a large READ payload read only the status frame, so that the payload goes
+        // straight into its destination instead of through the buffer (one copy, not two).
+        let filled = if s.op == Opcode::Read && s.len >= DIRECT_PAYLOAD {
+            rb.fill_exact(&mut r, STATUS_LEN)
+        } else {
+            rb.fill(&mut r, STATUS_LEN)
+        };
+        if !filled.map_err(ReplyError::Io)? {
             return Err(ReplyError::Io(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "peer closed the connection",

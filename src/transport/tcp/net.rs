@@ -86,6 +86,36 @@ impl RecvBuf {
         Ok(true)
     }
 
+    /// Like [`RecvBuf::fill`], but never reads past the `n`th byte: used before a large payload
+    /// that should go straight into its destination instead of through this buffer.
+    pub fn fill_exact(&mut self, r: &mut impl Read, n: usize) -> io::Result<bool> {
+        debug_assert!(n <= self.buf.len());
+        if self.available() >= n {
+            return Ok(true);
+        }
+        if self.start + n > self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        while self.available() < n {
+            let stop = self.start + n;
+            match r.read(&mut self.buf[self.end..stop]) {
+                Ok(0) if self.available() == 0 => return Ok(false),
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "peer closed mid-frame",
+                    ));
+                }
+                Ok(k) => self.end += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
     /// Consumes `n` buffered bytes (after a successful `fill(n)`).
     pub fn take(&mut self, n: usize) -> &[u8] {
         let s = self.start;
@@ -112,7 +142,7 @@ impl RecvBuf {
                 continue;
             }
             let left = dst.len() - done;
-            if left >= self.buf.len() / 2 {
+            if left >= self.buf.len() / 4 {
                 match r.read(&mut dst[done..]) {
                     Ok(0) => {
                         return Err(io::Error::new(

@@ -2,6 +2,7 @@
 //! checked against the remote-accessible registered regions before a byte is touched. Small
 //! replies are gathered and sent with one syscall once no complete request is left buffered.
 
+use super::client::DIRECT_PAYLOAD;
 use super::net::{RecvBuf, send_all};
 use super::wire::{HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_OK, status_frame};
 use crate::log::Level;
@@ -132,11 +133,19 @@ fn serve(stream: &TcpStream, registry: &Registry) -> io::Result<()> {
         }
         Ok(())
     };
+    let mut last_large_write = false;
     loop {
         if rb.available() < HEADER_LEN {
             flush(&mut out)?;
         }
-        if !rb.fill(&mut reader, HEADER_LEN)? {
+        // After a large WRITE the next request is likely one too: read just its header so
+        // that its payload goes straight into registered memory (one copy, not two).
+        let filled = if last_large_write {
+            rb.fill_exact(&mut reader, HEADER_LEN)?
+        } else {
+            rb.fill(&mut reader, HEADER_LEN)?
+        };
+        if !filled {
             return Ok(());
         }
         let h = Header::decode(rb.take(HEADER_LEN).try_into().expect("24 bytes"));
@@ -186,6 +195,7 @@ fn serve(stream: &TcpStream, registry: &Registry) -> io::Result<()> {
             }
             continue;
         }
+        last_large_write = h.write && h.size >= DIRECT_PAYLOAD;
         if h.write {
             // SAFETY: the range was checked against remote-accessible registered regions.
             let dst = unsafe { raw::bytes_mut(h.addr, size) };
