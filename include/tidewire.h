@@ -313,9 +313,11 @@ tw_result tw_config_new(struct tw_config **cfg_out);
 
 /*
  Sets one option by name. Keys: `metadata`, `local_server_name`, `bind_address`, `rpc_port`,
- `data_port`, `tcp_lanes`, `tcp_proto`, `slice_size`, `connect_timeout_ms`, `io_timeout_ms`,
- `handshake_max_len`. Unknown keys and bad values give `TW_ERR_INVALID_ARGUMENT` (or
- `TW_ERR_UNSUPPORTED` for an unsupported metadata scheme). Not thread-safe for one `cfg`.
+ `data_port`, `tcp_lanes`, `tcp_proto`, `slice_size`, `same_host`, `connect_timeout_ms`,
+ `io_timeout_ms`, `handshake_max_len`, `rdma`, `rdma_devices`, `rdma_slice_size`,
+ `rdma_qp_per_ep`, `rdma_max_wr`, `rdma_retries` (README, "Configuration"). Unknown keys and
+ bad values give `TW_ERR_INVALID_ARGUMENT` (or `TW_ERR_UNSUPPORTED` for an unsupported metadata
+ scheme). Not thread-safe for one `cfg`.
  */
 tw_result tw_config_set(struct tw_config *cfg, const char *key, const char *value);
 

@@ -207,9 +207,11 @@ pub extern "C" fn tw_config_new(cfg_out: *mut *mut tw_config) -> tw_result {
 }
 
 /// Sets one option by name. Keys: `metadata`, `local_server_name`, `bind_address`, `rpc_port`,
-/// `data_port`, `tcp_lanes`, `tcp_proto`, `slice_size`, `connect_timeout_ms`, `io_timeout_ms`,
-/// `handshake_max_len`. Unknown keys and bad values give `TW_ERR_INVALID_ARGUMENT` (or
-/// `TW_ERR_UNSUPPORTED` for an unsupported metadata scheme). Not thread-safe for one `cfg`.
+/// `data_port`, `tcp_lanes`, `tcp_proto`, `slice_size`, `same_host`, `connect_timeout_ms`,
+/// `io_timeout_ms`, `handshake_max_len`, `rdma`, `rdma_devices`, `rdma_slice_size`,
+/// `rdma_qp_per_ep`, `rdma_max_wr`, `rdma_retries` (README, "Configuration"). Unknown keys and
+/// bad values give `TW_ERR_INVALID_ARGUMENT` (or `TW_ERR_UNSUPPORTED` for an unsupported metadata
+/// scheme). Not thread-safe for one `cfg`.
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_config_set(
     cfg: *mut tw_config,
