@@ -22,7 +22,7 @@ run: build
 	$(PROFILE_DIR)/tidewire-bench demo
 
 ## Every test: Rust (unit + integration), C, Python, and interop with real Mooncake peers.
-test: build rust-test c-tests py-tests interop
+test: build rust-test c-tests py-tests interop examples
 	@echo "make test: all suites passed"
 
 rust-test:
