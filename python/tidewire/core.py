@@ -193,7 +193,26 @@ def _size_array(values):
 # --------------------------------------------------------------------------------------------
 # objects
 # --------------------------------------------------------------------------------------------
-class Registration:
+class _Owned:
+    """Base of the objects that own a library resource: ``with`` support and release on
+    garbage collection, both through ``close()``."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown or a closed engine: nothing left to release
+            pass
+
+
+class Registration(_Owned):
     """A registered memory range; unregister with :meth:`close` (or a ``with`` block)."""
 
     __slots__ = ("_engine", "addr", "length", "location", "remote_accessible", "_keep",
@@ -224,18 +243,6 @@ class Registration:
 
     unregister = close
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        # The handle owns the registration: the pinned buffer is released with it.
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         state = "registered" if self.registered else "closed"
@@ -378,7 +385,7 @@ class Batch:
         return f"<Batch {self.id:#x} tasks={self._count}/{self.capacity}>"
 
 
-class ScatterOp:
+class ScatterOp(_Owned):
     """A submitted scatter operation. ``wait(timeout)`` returns the per-fragment results
     (0 = success, else a negative code); ``close`` waits for physical completion and frees it.
     The callback (if any) is called exactly once per fragment, as ``callback(index, result)``,
@@ -483,23 +490,12 @@ class ScatterOp:
 
     free = close
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         return f"<ScatterOp {getattr(self, 'id', 0):#x} fragments={self.fragments}>"
 
 
-class Engine:
+class Engine(_Owned):
     """A tidewire engine. Keyword options map to the library's configuration keys
     (:data:`CONFIG_KEYS`), e.g. ``Engine(metadata="P2PHANDSHAKE", local_server_name="127.0.0.1",
     tcp_lanes=4)``. Use as a context manager or call :meth:`close`."""
@@ -555,17 +551,6 @@ class Engine:
         eng, self._eng = self._eng, None
         self._lib.tw_engine_free(eng)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         return f"<tidewire.Engine {self.name!r}{' closed' if self.closed else ''}>"

@@ -57,38 +57,20 @@ impl RecvBuf {
         self.end - self.start
     }
 
-    /// Makes at least `n` (≤ capacity) bytes available. `Ok(false)` on a clean end of stream
-    /// with nothing buffered; an end of stream mid-frame is `UnexpectedEof`.
+    /// Makes at least `n` (≤ capacity) bytes available, reading as much as the socket has
+    /// (several small frames per system call). `Ok(false)` on a clean end of stream with nothing
+    /// buffered; an end of stream mid-frame is `UnexpectedEof`.
     pub fn fill(&mut self, r: &mut impl Read, n: usize) -> io::Result<bool> {
-        debug_assert!(n <= self.buf.len());
-        if self.available() >= n {
-            return Ok(true);
-        }
-        if self.start + n > self.buf.len() {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        while self.available() < n {
-            match r.read(&mut self.buf[self.end..]) {
-                Ok(0) if self.available() == 0 => return Ok(false),
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "peer closed mid-frame",
-                    ));
-                }
-                Ok(k) => self.end += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(true)
+        self.fill_to(r, n, true)
     }
 
     /// Like [`RecvBuf::fill`], but never reads past the `n`th byte: used before a large payload
     /// that should go straight into its destination instead of through this buffer.
     pub fn fill_exact(&mut self, r: &mut impl Read, n: usize) -> io::Result<bool> {
+        self.fill_to(r, n, false)
+    }
+
+    fn fill_to(&mut self, r: &mut impl Read, n: usize, greedy: bool) -> io::Result<bool> {
         debug_assert!(n <= self.buf.len());
         if self.available() >= n {
             return Ok(true);
@@ -99,7 +81,7 @@ impl RecvBuf {
             self.start = 0;
         }
         while self.available() < n {
-            let stop = self.start + n;
+            let stop = if greedy { self.buf.len() } else { self.start + n };
             match r.read(&mut self.buf[self.end..stop]) {
                 Ok(0) if self.available() == 0 => return Ok(false),
                 Ok(0) => {
