@@ -81,7 +81,11 @@ impl RecvBuf {
             self.start = 0;
         }
         while self.available() < n {
-            let stop = if greedy { self.buf.len() } else { self.start + n };
+            let stop = if greedy {
+                self.buf.len()
+            } else {
+                self.start + n
+            };
             match r.read(&mut self.buf[self.end..stop]) {
                 Ok(0) if self.available() == 0 => return Ok(false),
                 Ok(0) => {
