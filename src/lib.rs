@@ -1,7 +1,8 @@
 //! tidewire: a KV-cache transfer engine for LLM inference, compatible with the Mooncake Transfer
 //! Engine on the wire (TCP data v1/v2, P2P handshake, HTTP metadata) and at the C ABI.
 //!
-//! The core is synchronous: named worker threads, crossbeam channels and atomics, no async
+//! The core is synchronous: named worker threads, channels (a park-only one on the TCP lanes,
+//! crossbeam elsewhere) and atomics, no async
 //! runtime. [`engine::Engine`] is the entry point; `ffi` holds the C APIs and is the only module
 //! that touches C pointers.
 
