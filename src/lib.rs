@@ -2,9 +2,8 @@
 //! Engine on the wire (TCP data v1/v2, P2P handshake, HTTP metadata) and at the C ABI.
 //!
 //! The core is synchronous: named worker threads, channels (a park-only one on the TCP lanes,
-//! crossbeam elsewhere) and atomics, no async
-//! runtime. [`engine::Engine`] is the entry point; `ffi` holds the C APIs and is the only module
-//! that touches C pointers.
+//! crossbeam elsewhere) and atomics, no async runtime. [`engine::Engine`] is the entry point;
+//! `ffi` holds the C APIs and is the only module that touches C pointers.
 
 #[macro_use]
 pub mod log;
