@@ -5,6 +5,7 @@
  *                        calling thread's last tidewire error.
  *   CHECK_RC(expr, code) evaluates expr once and compares the result code with code.
  *   test_footer()        prints exactly "N passed, M failed" and returns the exit status.
+ *   now_s(), sleep_ms(), pattern_byte(), fill_pattern(): small helpers (need _POSIX_C_SOURCE).
  *
  * The counters are plain ints: use the macros from the main thread only (worker threads report
  * back through their own structs).
@@ -15,8 +16,10 @@
 #ifndef TW_C_TESTS_COMMON_H
 #define TW_C_TESTS_COMMON_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "tidewire.h"
 
@@ -68,6 +71,28 @@ static int test_footer(void) {
     printf("%d passed, %d failed\n", common_passed, common_failed);
     fflush(stdout);
     return common_failed == 0 ? 0 : 1;
+}
+
+/* Shared helpers of the native test programs (static inline: unused ones cost nothing). */
+
+static inline double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static inline void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A deterministic byte pattern: byte i of pattern `seed`. */
+static inline uint8_t pattern_byte(size_t i, unsigned seed) {
+    return (uint8_t)(i * 31u + seed * 7u + 11u);
+}
+
+static inline void fill_pattern(uint8_t *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) p[i] = pattern_byte(i, seed);
 }
 
 #endif /* TW_C_TESTS_COMMON_H */

@@ -19,24 +19,9 @@
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
-static void sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
-static uint8_t pattern_byte(size_t i, unsigned seed) {
-    return (uint8_t)(i * 31u + seed * 7u + 11u);
-}
 
-static void fill_pattern(uint8_t *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++) p[i] = pattern_byte(i, seed);
-}
 
 static int has_pattern(const uint8_t *p, size_t n, unsigned seed) {
     for (size_t i = 0; i < n; i++)

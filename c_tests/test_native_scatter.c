@@ -16,24 +16,9 @@
 #define MAX_FRAGS 32768
 #define GAP_FILL 0xcc
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
-static void sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
-static uint8_t pattern_byte(size_t i, unsigned seed) {
-    return (uint8_t)(i * 131u + seed * 17u + 5u);
-}
 
-static void fill_pattern(uint8_t *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++) p[i] = pattern_byte(i, seed);
-}
 
 static int all_bytes(const uint8_t *p, size_t n, uint8_t v) {
     for (size_t i = 0; i < n; i++)

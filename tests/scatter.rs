@@ -116,27 +116,38 @@ fn range<'a>(
     }
 }
 
-/// READ then WRITE of `n` 128-byte fragments; returns the elapsed time of the READ.
-fn read_write_round(p: &Pair, n: usize) -> Duration {
-    let remote = Buf::pattern(n * FRAG, 7);
-    p.b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+/// A contiguous remote pattern registered with `remote_owner` and a zeroed (`fill`) local
+/// buffer twice as large registered with `local_owner`: the layout of every gapped scatter here.
+fn gapped_buffers(
+    local_owner: &Engine,
+    remote_owner: &Engine,
+    n: usize,
+    seed: u8,
+    fill: u8,
+) -> (Buf, Buf) {
+    let remote = Buf::pattern(n * FRAG, seed);
+    remote_owner
+        .register_memory(remote.addr(), remote.len(), "cpu:0", true)
         .unwrap();
-    let local = Buf::new(n * 2 * FRAG, 0xEE);
-    p.a.register_memory(local.addr(), local.len(), "cpu:0", true)
+    let local = Buf::new(n * 2 * FRAG, fill);
+    local_owner
+        .register_memory(local.addr(), local.len(), "cpu:0", true)
         .unwrap();
-    let (lo, ro, len) = gapped(n);
+    (remote, local)
+}
 
-    // READ: remote contiguous → local gapped.
+/// Submits a READ of `n` fragments: remote fragment i lands at local offset 2·i·FRAG.
+fn submit_gapped_read(a: &Engine, seg: i32, remote: &Buf, local: &Buf, n: usize) -> (Seen, u64) {
+    let (lo, ro, len) = gapped(n);
     let (seen, cb) = Seen::new(n);
-    let t0 = Instant::now();
-    let id =
-        p.a.submit_scatter(
+    let id = a
+        .submit_scatter(
             &[range(
                 Opcode::Read,
-                p.seg,
-                &remote,
+                seg,
+                remote,
                 remote.len(),
-                &local,
+                local,
                 &lo,
                 &ro,
                 &len,
@@ -144,6 +155,28 @@ fn read_write_round(p: &Pair, n: usize) -> Duration {
             Some(cb),
         )
         .unwrap();
+    (seen, id)
+}
+
+/// Checks that every fragment of a gapped READ landed in place.
+fn assert_gapped_copy(local: &Buf, remote: &Buf, n: usize) {
+    for i in 0..n {
+        assert_eq!(
+            &local.0[i * 2 * FRAG..(i * 2 + 1) * FRAG],
+            &remote.0[i * FRAG..(i + 1) * FRAG],
+            "fragment {i}"
+        );
+    }
+}
+
+/// READ then WRITE of `n` 128-byte fragments; returns the elapsed time of the READ.
+fn read_write_round(p: &Pair, n: usize) -> Duration {
+    let (remote, local) = gapped_buffers(&p.a, &p.b, n, 7, 0xEE);
+
+    // READ: remote contiguous → local gapped.
+    let t0 = Instant::now();
+    let (seen, id) = submit_gapped_read(&p.a, p.seg, &remote, &local, n);
+    let (lo, ro, len) = gapped(n);
     let (r, reported) = wait_report(&p.a, id, n, WAIT);
     let read_time = t0.elapsed();
     r.unwrap();
@@ -229,29 +262,8 @@ fn read_and_write_1_4096_32768_fragments() {
 fn zero_timeout_wait_returns_timeout_or_ok_and_repeats() {
     let p = pair();
     let n = 32_768;
-    let remote = Buf::pattern(n * FRAG, 3);
-    p.b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
-        .unwrap();
-    let local = Buf::new(n * 2 * FRAG, 0);
-    p.a.register_memory(local.addr(), local.len(), "cpu:0", true)
-        .unwrap();
-    let (lo, ro, len) = gapped(n);
-    let (seen, cb) = Seen::new(n);
-    let id =
-        p.a.submit_scatter(
-            &[range(
-                Opcode::Read,
-                p.seg,
-                &remote,
-                remote.len(),
-                &local,
-                &lo,
-                &ro,
-                &len,
-            )],
-            Some(cb),
-        )
-        .unwrap();
+    let (remote, local) = gapped_buffers(&p.a, &p.b, n, 3, 0);
+    let (seen, id) = submit_gapped_read(&p.a, p.seg, &remote, &local, n);
     let deadline = Instant::now() + Duration::from_secs(20);
     let (mut timeouts, mut polls) = (0u32, 0u32);
     loop {
@@ -278,12 +290,7 @@ fn zero_timeout_wait_returns_timeout_or_ok_and_repeats() {
     p.a.scatter_wait(id, Some(Duration::ZERO), None).unwrap();
     p.a.scatter_wait(id, None, None).unwrap();
     seen.assert_exactly_once();
-    for i in 0..n {
-        assert_eq!(
-            &local.0[i * 2 * FRAG..(i * 2 + 1) * FRAG],
-            &remote.0[i * FRAG..(i + 1) * FRAG]
-        );
-    }
+    assert_gapped_copy(&local, &remote, n);
     p.a.scatter_free(id).unwrap();
 }
 
@@ -432,39 +439,14 @@ fn same_engine_scatter_uses_segment_zero() {
     let a = engine();
     assert_eq!(a.open_segment(a.name()).unwrap(), LOCAL_SEGMENT);
     let n = 4096;
-    let remote = Buf::pattern(n * FRAG, 11);
-    let local = Buf::new(n * 2 * FRAG, 0);
-    a.register_memory(remote.addr(), remote.len(), "cpu:0", true)
-        .unwrap();
-    a.register_memory(local.addr(), local.len(), "cpu:0", true)
-        .unwrap();
+    let (remote, local) = gapped_buffers(&a, &a, n, 11, 0);
+    let (seen, id) = submit_gapped_read(&a, LOCAL_SEGMENT, &remote, &local, n);
     let (lo, ro, len) = gapped(n);
-    let (seen, cb) = Seen::new(n);
-    let id = a
-        .submit_scatter(
-            &[range(
-                Opcode::Read,
-                LOCAL_SEGMENT,
-                &remote,
-                remote.len(),
-                &local,
-                &lo,
-                &ro,
-                &len,
-            )],
-            Some(cb),
-        )
-        .unwrap();
     let (r, reported) = wait_report(&a, id, n, WAIT);
     r.unwrap();
     assert!(reported.iter().all(|r| *r == Some(Ok(()))));
     seen.assert_exactly_once();
-    for i in 0..n {
-        assert_eq!(
-            &local.0[i * 2 * FRAG..(i * 2 + 1) * FRAG],
-            &remote.0[i * FRAG..(i + 1) * FRAG]
-        );
-    }
+    assert_gapped_copy(&local, &remote, n);
     a.scatter_free(id).unwrap();
 
     // WRITE back into a zeroed region, plus one fragment aimed past the registered range.
@@ -514,39 +496,14 @@ fn same_engine_scatter_uses_segment_zero() {
 fn scatter_free_waits_frees_and_ids_go_stale() {
     let p = pair();
     let n = 32_768;
-    let remote = Buf::pattern(n * FRAG, 13);
-    p.b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
-        .unwrap();
-    let local = Buf::new(n * 2 * FRAG, 0);
-    p.a.register_memory(local.addr(), local.len(), "cpu:0", true)
-        .unwrap();
+    let (remote, local) = gapped_buffers(&p.a, &p.b, n, 13, 0);
+    let (seen, id) = submit_gapped_read(&p.a, p.seg, &remote, &local, n);
     let (lo, ro, len) = gapped(n);
-    let (seen, cb) = Seen::new(n);
-    let id =
-        p.a.submit_scatter(
-            &[range(
-                Opcode::Read,
-                p.seg,
-                &remote,
-                remote.len(),
-                &local,
-                &lo,
-                &ro,
-                &len,
-            )],
-            Some(cb),
-        )
-        .unwrap();
     // No wait: free must block until every fragment physically finished, firing callbacks.
     p.a.scatter_free(id).unwrap();
     seen.assert_exactly_once();
     assert!(seen.results().iter().all(|r| *r == Some(Ok(()))));
-    for i in 0..n {
-        assert_eq!(
-            &local.0[i * 2 * FRAG..(i * 2 + 1) * FRAG],
-            &remote.0[i * FRAG..(i + 1) * FRAG]
-        );
-    }
+    assert_gapped_copy(&local, &remote, n);
     for e in [
         p.a.scatter_wait(id, Some(Duration::ZERO), None),
         p.a.scatter_free(id),
