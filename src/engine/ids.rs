@@ -94,21 +94,6 @@ impl<T> IdTable<T> {
         s.free.push(index);
         Ok(v)
     }
-
-    /// Removes and returns every live object.
-    pub fn drain(&self) -> Vec<Arc<T>> {
-        let mut s = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out = Vec::new();
-        for (i, e) in s.entries.iter_mut().enumerate() {
-            if let Some(v) = e.value.take() {
-                out.push(v);
-                let _ = i;
-            }
-        }
-        let n = s.entries.len() as u32;
-        s.free = (0..n).collect();
-        out
-    }
 }
 
 #[cfg(test)]
