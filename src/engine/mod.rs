@@ -20,9 +20,9 @@ pub use transfer::Request;
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::log::Level;
 use crate::memory::Registry;
-use crate::metadata::http::HttpStore;
 use crate::metadata::rpc::{self, MsgType};
 use crate::metadata::server::RpcServer;
+use crate::metadata::store::MetadataStore;
 use crate::metadata::{BufferDesc, SegmentDesc};
 use crate::transport::samehost;
 use crate::transport::tcp::client::{ClientConfig, PeerAddr, TcpClient};
@@ -68,7 +68,7 @@ pub(crate) struct Inner {
     notifies: Mutex<VecDeque<Notification>>,
     /// `false` once shutdown began; submitters hold the read side while dispatching.
     live: RwLock<bool>,
-    store: Option<HttpStore>,
+    store: Option<MetadataStore>,
     servers: Mutex<Option<(RpcServer, TcpServer)>>,
     /// Random identity for the same-host path; boxed so its address (published as
     /// `tw_token_addr`) is stable and readable by a verifying peer.
@@ -117,9 +117,10 @@ impl Engine {
         let store = if cfg.is_p2p() {
             None
         } else {
-            Some(HttpStore::new(
+            Some(MetadataStore::open(
                 &cfg.metadata,
                 cfg.connect_timeout.min(std::time::Duration::from_secs(3)),
+                &key_prefix(),
             )?)
         };
         let rpc_listener = bind(&bind_host, cfg.rpc_port)?;
@@ -326,7 +327,7 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .id_of(name)
         {
-            return Ok(id);
+            return self.revalidate(id, name);
         }
         let seg = self.inner.fetch_segment(name)?;
         Ok(self
@@ -335,6 +336,32 @@ impl Engine {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(seg))
+    }
+
+    /// A cached segment whose descriptor the metadata watch saw change is read again; one whose
+    /// descriptor is gone is an error; when the store cannot be reached the cached one is kept.
+    fn revalidate(&self, id: SegmentId, name: &str) -> Result<SegmentId> {
+        let Some(store) = &self.inner.store else {
+            return Ok(id);
+        };
+        let key = self.inner.ram_key(name);
+        if !store.is_stale(&key) {
+            return Ok(id);
+        }
+        match store.get(&key) {
+            Ok(Some(_)) => self.refresh_segment(id).map(|_| id),
+            Ok(None) => fail(
+                ErrorKind::UnknownSegment,
+                format!("segment {name:?} is no longer on the metadata server"),
+            ),
+            Err(e) => {
+                tw_log!(
+                    Level::Warn,
+                    "segment {name}: keeping the cached descriptor: {e}"
+                );
+                Ok(id)
+            }
+        }
     }
 
     /// Forgets a segment id. Transfers already submitted to it finish normally.
@@ -470,6 +497,7 @@ impl Drop for Engine {
                     tw_log!(Level::Warn, "removing {key}: {e}");
                 }
             }
+            store.close();
         }
         tw_log!(Level::Info, "engine {} down", self.inner.name);
     }
