@@ -142,7 +142,7 @@ def _transfer_timeout_s():
 def _conn_string(metadata_server):
     if metadata_server == P2PHANDSHAKE or "://" in metadata_server:
         return metadata_server
-    return "etcd://" + metadata_server  # Mooncake's default scheme; unsupported here
+    return "etcd://" + metadata_server  # Mooncake's default scheme
 
 
 _LITTLE = sys.byteorder == "little" and ctypes.sizeof(c_void_p) == 8
@@ -241,7 +241,8 @@ class TransferEngine:
     # lifecycle
     # ----------------------------------------------------------------------------------------
     def initialize(self, local_hostname, metadata_server, protocol, device_name):
-        """Starts the engine. ``metadata_server``: ``"P2PHANDSHAKE"`` or ``http(s)://...``.
+        """Starts the engine. ``metadata_server``: ``"P2PHANDSHAKE"``, ``http://...``, or etcd
+        (``etcd://h:p[;h:p...]`` or a bare ``h:p``).
 
         In P2P mode the segment name is ``<host>:<rpc_port>`` (the port in ``local_hostname``
         is ignored). Returns 0 or -1.

@@ -174,7 +174,7 @@ pub fn run_watch(
             Ok(s) => s,
             Err(e) => {
                 cache.set_live(false, None);
-                if !down {
+                if !down && !stop.load(Ordering::Acquire) {
                     tw_log!(Level::Warn, "metadata watch lost: {e}; retrying");
                     down = true;
                 }
@@ -188,7 +188,9 @@ pub fn run_watch(
                 Ok(None) => break,
                 Err(e) => {
                     cache.set_live(false, None);
-                    tw_log!(Level::Warn, "metadata watch: {e}");
+                    if !stop.load(Ordering::Acquire) {
+                        tw_log!(Level::Warn, "metadata watch: {e}");
+                    }
                     break;
                 }
             };
