@@ -173,6 +173,43 @@ impl Etcd {
         format!("etcd://{}", self.endpoints())
     }
 
+    /// Index of the member that leads the cluster now (asked through member `via`'s gateway).
+    pub fn leader(&self, via: usize) -> usize {
+        let c = tidewire::metadata::etcd::EtcdClient::new(
+            &format!("127.0.0.1:{}", self.members[via].client_port),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        let status = |c: &tidewire::metadata::etcd::EtcdClient| {
+            c.call("/v3/maintenance/status", &serde_json::json!({}))
+                .unwrap()
+        };
+        let leader = tidewire::metadata::etcd::int(&status(&c)["leader"]);
+        (0..self.members.len())
+            .filter(|&i| self.members[i].child.is_some())
+            .find(|&i| {
+                let ci = tidewire::metadata::etcd::EtcdClient::new(
+                    &format!("127.0.0.1:{}", self.members[i].client_port),
+                    Duration::from_secs(2),
+                )
+                .unwrap();
+                tidewire::metadata::etcd::int(&status(&ci)["header"]["member_id"]) == leader
+            })
+            .expect("a member leads")
+    }
+
+    /// `etcd://` list starting with member `first`.
+    pub fn url_starting_with(&self, first: usize) -> String {
+        let mut order: Vec<usize> = (0..self.members.len()).collect();
+        order.retain(|&i| i != first);
+        order.insert(0, first);
+        let list: Vec<String> = order
+            .iter()
+            .map(|&i| format!("127.0.0.1:{}", self.members[i].client_port))
+            .collect();
+        format!("etcd://{}", list.join(";"))
+    }
+
     /// PID of member `i`, while it runs.
     pub fn pid(&self, i: usize) -> Option<u32> {
         self.members[i].child.as_ref().map(|c| c.id())
