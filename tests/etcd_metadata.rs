@@ -452,3 +452,93 @@ fn three_member_cluster_survives_losing_its_leader() {
     drop((a, b, c));
     assert!(keys(&cl).is_empty());
 }
+
+/// Cost of opening a segment through etcd: `cargo test --release --test etcd_metadata --
+/// --ignored --nocapture measure_segment_open`.
+#[test]
+#[ignore = "measurement; run by hand"]
+fn measure_segment_open() {
+    let etcd = Etcd::single();
+    let c = client(&etcd.endpoints());
+    let n = 200;
+    let t0 = Instant::now();
+    for i in 0..n {
+        c.put(format!("bench/{i}").as_bytes(), b"{}", 0).unwrap();
+    }
+    let put = t0.elapsed() / n;
+    let t0 = Instant::now();
+    for i in 0..n {
+        c.get(format!("bench/{i}").as_bytes()).unwrap();
+    }
+    let get = t0.elapsed() / n;
+    let peers: Vec<Engine> = (0..16)
+        .map(|i| node(&etcd.url(), &format!("peer-{i}")))
+        .collect();
+    let bufs: Vec<Buf> = peers
+        .iter()
+        .map(|p| {
+            let b = Buf::new(1 << 20, 0);
+            p.register_memory(b.addr(), b.len(), "cpu:0", true).unwrap();
+            b
+        })
+        .collect();
+    let a = node(&etcd.url(), "opener");
+    let mut cold = Vec::new();
+    for i in 0..peers.len() {
+        let t = Instant::now();
+        a.open_segment(&format!("peer-{i}")).unwrap();
+        cold.push(t.elapsed());
+    }
+    let rounds = 1000;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        for i in 0..peers.len() {
+            a.open_segment(&format!("peer-{i}")).unwrap();
+        }
+    }
+    let cached = t.elapsed() / (rounds * peers.len() as u32);
+    // Closed and opened again: descriptors come from the watched cache, not from etcd.
+    let mut reopen = Vec::new();
+    for i in 0..peers.len() {
+        let name = format!("peer-{i}");
+        let id = a.open_segment(&name).unwrap();
+        a.close_segment(id).unwrap();
+        let t = Instant::now();
+        a.open_segment(&name).unwrap();
+        reopen.push(t.elapsed());
+    }
+    // A peer changes its descriptor: the next open re-reads it.
+    let mut changed = Vec::new();
+    for (i, p) in peers.iter().enumerate() {
+        let extra = Buf::new(4096, 0);
+        p.register_memory(extra.addr(), extra.len(), "cpu:0", true)
+            .unwrap();
+        let name = format!("peer-{i}");
+        let id = a.open_segment(&name).unwrap();
+        let t0 = Instant::now();
+        let mut waited = Duration::ZERO;
+        while a.segment_descriptor(id).unwrap().buffers.len() < 2 && waited < Duration::from_secs(5)
+        {
+            let t = Instant::now();
+            a.open_segment(&name).unwrap();
+            waited = t0.elapsed();
+            if a.segment_descriptor(id).unwrap().buffers.len() >= 2 {
+                changed.push(t.elapsed());
+            }
+        }
+        p.unregister_memory(extra.addr()).unwrap();
+    }
+    let med = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    eprintln!(
+        "etcd put {put:?}, get {get:?}; segment open: cold median {:?} (max {:?}), cached {cached:?}, \
+         reopen after close (watched cache) median {:?}, open after the peer changed median {:?}",
+        med(&mut cold),
+        cold.last().unwrap(),
+        med(&mut reopen),
+        med(&mut changed)
+    );
+    drop(bufs);
+}
