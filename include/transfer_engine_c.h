@@ -24,9 +24,10 @@
  *    double-freed id returns an error instead of undefined behaviour.
  *  - freeBatchID refuses (4) only while work is really in flight; it does not
  *    require every task to have been polled first.
- *  - An unsupported metadata scheme (etcd://, redis://, a bare string) makes
+ *  - An unsupported metadata scheme (redis://, https://) or an unreachable etcd makes
  *    createTransferEngine return NULL with a logged reason instead of aborting the
- *    process. Supported: "P2PHANDSHAKE" and "http://" / "https://" URLs.
+ *    process. Supported: "P2PHANDSHAKE", "http://" URLs and etcd ("etcd://h:p",
+ *    a bare "h:p", lists separated by ';' or ','); etcd keys hang on a lease.
  *  - Only the TCP transport exists in this build; "rdma" is refused (NULL).
  *
  * Thread safety: every function that takes an engine may be called from any thread
@@ -144,8 +145,9 @@ typedef struct nic_load_stat nic_load_stat_t;
 
 /*
  * Creates an engine and returns its handle, or NULL on failure (reason logged).
- * metadata_conn_string: "P2PHANDSHAKE" or an http(s):// metadata URL; anything else
- * (etcd://, redis://, bare strings) returns NULL. local_server_name: "host[:port]";
+ * metadata_conn_string: "P2PHANDSHAKE", an http:// metadata URL, or etcd endpoints
+ * ("etcd://h:p[;h:p...]" or a bare "h:p"); anything else (redis://, https://) returns
+ * NULL, as does an unreachable etcd. local_server_name: "host[:port]";
  * in P2P mode the host is advertised and the segment name becomes "host:rpc_port"
  * (see getLocalIpAndPort). ip_or_host_name and rpc_port are accepted and unused,
  * as in Mooncake; MC_TCP_BIND_ADDRESS selects the listen address.

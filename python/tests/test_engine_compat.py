@@ -121,8 +121,8 @@ def test_rdma_protocol_runs_over_tcp(te_pair):
         te.close()
 
 
-@pytest.mark.parametrize("metadata", ["etcd://127.0.0.1:2379", "redis://127.0.0.1:6379",
-                                      "127.0.0.1:2379"])
+@pytest.mark.parametrize("metadata", ["redis://127.0.0.1:6379", "consul://127.0.0.1:1",
+                                      "https://127.0.0.1:1/metadata"])
 def test_unsupported_metadata_returns_minus_one(metadata):
     te = TransferEngine()
     assert te.initialize("127.0.0.1", metadata, "tcp", "") == -1
