@@ -328,6 +328,7 @@ fn sigkilled_engine_keys_vanish_within_the_lease() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_engine_main", "--nocapture", "--ignored"])
         .env(ROLE_VAR, etcd.url())
+        .env("MC_METADATA_CLUSTER_ID", "blue")
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -337,7 +338,11 @@ fn sigkilled_engine_keys_vanish_within_the_lease() {
         line.clear();
         assert!(out.read_line(&mut line).unwrap() > 0, "child exited early");
     }
-    assert_eq!(keys(&c).len(), 2);
+    assert_eq!(
+        keys(&c),
+        ["mooncake/blue/ram/crashy", "mooncake/blue/rpc_meta/crashy"],
+        "keys under MC_METADATA_CLUSTER_ID"
+    );
     // Past one keep-alive period, so the lease really is being renewed.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(keys(&c).len(), 2, "keys live while the engine lives");
@@ -541,4 +546,43 @@ fn measure_segment_open() {
         med(&mut changed)
     );
     drop(bufs);
+}
+
+#[test]
+fn etcd_restarted_with_its_data_gets_the_latest_descriptor() {
+    let mut etcd = Etcd::single();
+    let a = node(&etcd.url(), "node-a");
+    let b = node(&etcd.url(), "node-b");
+    let remote = Buf::pattern(1 << 20, 4);
+    b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+        .unwrap();
+    write_read(&a, "node-b", &remote);
+    etcd.kill(0);
+    // A write while etcd is away fails (logged), and is made good once it returns.
+    let more = Buf::pattern(1 << 20, 8);
+    b.register_memory(more.addr(), more.len(), "cpu:0", true)
+        .unwrap();
+    write_read(&a, "node-b", &remote);
+    std::thread::sleep(Duration::from_secs(1));
+    etcd.restart(0, false);
+    let cl = client(&etcd.endpoints());
+    let latest = wait_until(Duration::from_secs(10), || {
+        cl.get(b"mooncake/ram/node-b")
+            .ok()
+            .and_then(|(kv, _)| kv)
+            .and_then(|kv| serde_json::from_slice::<serde_json::Value>(&kv.value).ok())
+            .is_some_and(|d| d["buffers"].as_array().is_some_and(|b| b.len() == 2))
+    });
+    assert!(
+        latest.is_some(),
+        "b's latest descriptor written after etcd returned"
+    );
+    let seg = a.open_segment("node-b").unwrap();
+    let fresh = wait_until(Duration::from_secs(5), || {
+        a.open_segment("node-b").is_ok() && a.segment_descriptor(seg).unwrap().buffers.len() == 2
+    });
+    assert!(fresh.is_some(), "a's cached descriptor follows");
+    write_read(&a, "node-b", &more);
+    drop((a, b));
+    assert!(keys(&cl).is_empty());
 }
