@@ -1,7 +1,6 @@
 //! The blocking HTTP/1.1 client shared by the metadata stores (`ureq`, plain http only): one
 //! agent per store with a deadline on every call, and response bodies read up to a fixed cap.
 
-use crate::error::{Error, ErrorKind};
 use std::time::Duration;
 
 /// Largest response body a metadata store reads (a descriptor is a few KiB; a range over many
@@ -70,9 +69,4 @@ pub fn describe(e: &ureq::Error) -> String {
         ureq::Error::Io(io) => io.to_string(),
         other => other.to_string(),
     }
-}
-
-/// Builds a [`ErrorKind::Metadata`] error.
-pub fn metadata_error(msg: impl Into<String>) -> Error {
-    Error::new(ErrorKind::Metadata, msg)
 }
