@@ -149,3 +149,10 @@ def test_engine_module_holds_no_ctypes_structures():
         assert obj not in (_ffi.TransferRequest, _ffi.TransferStatus, _ffi.Buffer,
                            _ffi.Notification), name
     assert "tidewire._ffi" in sys.modules
+
+
+def test_https_metadata_is_refused():
+    """The docs say http:// only: https:// fails to start an engine, with the reason."""
+    with pytest.raises(tw.Unsupported) as ei:
+        tw.Engine(metadata="https://127.0.0.1:1/metadata")
+    assert "https" in ei.value.message and "http://" in ei.value.message
