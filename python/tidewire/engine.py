@@ -24,9 +24,11 @@ millisecond per MB. Every call into the library releases the GIL. The CUDA strea
 Mooncake's CUDA builds (``transfer_write_on_cuda`` and friends) are provided in every build and
 work when a CUDA driver is present (``SUPPORT_CUDA``); ``transport_hint`` is accepted and
 ignored, as in Mooncake's classic engine. Metadata: ``P2PHANDSHAKE`` or ``http://...``;
-``https://`` and other schemes (etcd, redis) make ``initialize`` return ``-1``. Protocol
-``"rdma"`` (like ``"tcp"``) starts an engine that uses RDMA when a verbs device is usable and
-the peer publishes RDMA, and TCP otherwise, as Mooncake does on a host without RDMA devices.
+``https://`` and other schemes (etcd, redis) make ``initialize`` return ``-1``. The
+``protocol`` argument does not pick the transport (``"xgmi"`` is refused): every engine uses
+RDMA toward peers that publish it when a verbs device is usable, and TCP otherwise, as Mooncake
+does with ``"rdma"`` on a host without RDMA devices; ``MC_FORCE_TCP=1`` (or ``TW_RDMA=off``)
+keeps it on TCP.
 """
 
 import ctypes
