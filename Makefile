@@ -9,7 +9,7 @@ PY ?= $(VENV)/bin/python
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -pedantic -g -Iinclude
 BUILD_C := target/c_tests
 
-.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench examples clean venv fmt clippy install install-check
+.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench examples clean venv fmt clippy install install-check wheel
 
 all: build
 
@@ -93,6 +93,12 @@ examples: build
 
 venv:
 	scripts/setup_mooncake_venv.sh
+
+## A py3-none-<platform> wheel that carries libtidewire.so, in target/wheels/ (the build backend,
+## python/_build/tidewire_build.py, runs cargo itself; `pip install ./python` does the same).
+wheel:
+	@py=$(PY); [ -x "$$py" ] || py=python3; \
+	$$py -m pip wheel --no-deps --no-index --wheel-dir target/wheels ./python
 
 py-tests: build
 	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
