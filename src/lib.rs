@@ -7,6 +7,7 @@
 
 #[macro_use]
 pub mod log;
+pub mod completion;
 pub mod engine;
 pub mod error;
 pub mod ffi;

@@ -2,7 +2,6 @@
 //! Batches live in `transfer.rs`, scatter operations in `scatter.rs`; see `README.md` here for
 //! the completion protocol.
 
-pub mod batch;
 pub mod config;
 pub mod ids;
 mod rdma;
@@ -11,12 +10,13 @@ pub mod segments;
 pub mod stream;
 pub mod transfer;
 
-pub use batch::{TaskState, TaskStatus};
+pub use crate::completion::{TaskState, TaskStatus};
 pub use config::{Config, RdmaMode};
 pub use scatter::{FragmentResult, ScatterRange};
 pub use segments::{LOCAL_SEGMENT, SegmentId};
 pub use transfer::Request;
 
+use crate::completion::Batch;
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::log::Level;
 use crate::memory::Registry;
@@ -27,7 +27,6 @@ use crate::metadata::{BufferDesc, SegmentDesc};
 use crate::transport::samehost;
 use crate::transport::tcp::client::{ClientConfig, PeerAddr, TcpClient};
 use crate::transport::tcp::server::TcpServer;
-use batch::Batch;
 use ids::IdTable;
 use scatter::ScatterOp;
 use segments::{Route, Segment, SegmentTable};

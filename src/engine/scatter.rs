@@ -4,9 +4,9 @@
 //! fail. Results are delivered exactly once per fragment, on the thread that waits (or frees).
 
 use super::Engine;
-use super::batch::Batch;
 use super::segments::SegmentId;
 use super::transfer::Request;
+use crate::completion::Batch;
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::Access;
 use crate::transport::Opcode;

@@ -1,8 +1,8 @@
 //! Batches of READ/WRITE requests: allocate, submit (validated all-or-nothing), poll, wait, free.
 
-use super::batch::{Batch, PendingNotify, SliceDone, TaskState, TaskStatus};
 use super::segments::{LOCAL_SEGMENT, Route, SegmentId};
 use super::{Engine, Inner};
+use crate::completion::{Batch, PendingNotify, SliceDone, TaskState, TaskStatus};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::{Access, Registry};
 use crate::transport::tcp::client::Peer;

@@ -1,5 +1,5 @@
 //! Transports move slices. A slice is one contiguous range on both sides; finishing it updates
-//! its task through [`SliceDone`](crate::engine::batch::SliceDone).
+//! its task through [`SliceDone`](crate::completion::SliceDone).
 
 pub mod chan;
 pub mod local;
@@ -7,7 +7,7 @@ pub mod rdma;
 pub mod samehost;
 pub mod tcp;
 
-use crate::engine::batch::SliceDone;
+use crate::completion::SliceDone;
 
 /// Transfer direction, numbered as Mooncake's `OPCODE_*`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

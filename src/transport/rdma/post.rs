@@ -3,8 +3,8 @@
 
 use super::Rdma;
 use super::device::CQ_DEPTH;
-use super::endpoint::{Endpoint, QpState};
 use super::sys::*;
+use super::{Endpoint, QpState};
 use crate::error::ErrorKind;
 use crate::log::Level;
 use crate::metadata::SegmentDesc;

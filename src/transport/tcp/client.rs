@@ -567,7 +567,7 @@ fn send_staged(
     let mut start = 0;
     for &(pos, dev, addr, len) in staged {
         send_all(fd, &mut iov[start..pos])?;
-        crate::gpu::stage::send_from_device(fd, &[], dev, addr, len)?;
+        super::stage::send_from_device(fd, &[], dev, addr, len)?;
         start = pos;
     }
     send_all(fd, &mut iov[start..])
@@ -747,7 +747,7 @@ fn read_reply(
         };
     }
     if let (Opcode::Read, Some(dev)) = (s.op, s.gpu) {
-        use crate::gpu::stage::{StageError, recv_to_device};
+        use super::stage::{StageError, recv_to_device};
         return match recv_to_device(rb, &mut r, dev, s.local, s.len as usize) {
             Ok(()) => Ok(()),
             Err(StageError::Io(e)) => Err(ReplyError::Io(e)),
