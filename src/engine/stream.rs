@@ -89,7 +89,7 @@ impl Engine {
         for (i, r) in reqs.iter().enumerate() {
             if r.segment != LOCAL_SEGMENT {
                 self.inner
-                    .target_kind(r.segment, &mut cache)
+                    .route_kind(r.segment, &mut cache)
                     .map_err(|k| Error::new(k, format!("request {i}: segment {}", r.segment)))?;
             }
             if r.len > 0 {

@@ -80,6 +80,18 @@ impl RdmaPeer {
     }
 }
 
+impl crate::transport::Transport for Arc<RdmaPeer> {
+    fn path_name(&self) -> &'static str {
+        "rdma"
+    }
+
+    fn submit_all(&self, slices: Vec<Slice>) {
+        for s in slices {
+            self.submit(s);
+        }
+    }
+}
+
 impl Rdma {
     /// Picks a path for `w` (walking to the next one on each retry) and posts it. Failures that
     /// happen before posting (handshake, queue pair errors) count as attempts too.

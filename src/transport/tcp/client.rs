@@ -211,6 +211,16 @@ const VM_MIN_BYTES: u64 = 64 << 10;
 /// lane is idle; larger ones are queued so that the lanes share them.
 const INLINE_MAX_BYTES: u64 = 64 << 10;
 
+impl crate::transport::Transport for Peer {
+    fn path_name(&self) -> &'static str {
+        Peer::path_name(self)
+    }
+
+    fn submit_all(&self, slices: Vec<Slice>) {
+        Peer::submit_all(self, slices)
+    }
+}
+
 impl Peer {
     fn start(addr: PeerAddr, cfg: ClientConfig) -> std::io::Result<Peer> {
         let (tx, rx) = unbounded();
