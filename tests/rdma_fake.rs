@@ -512,6 +512,35 @@ fn mooncake_api_installs_rdma() {
     for e in [t, i] {
         assert!(!installTransport(e, c"rdma".as_ptr(), std::ptr::null_mut()).is_null());
     }
+    // showLinks and getNicLoadStats report the RDMA NICs now in use.
+    let mut links = [0 as c_char; 512];
+    assert_eq!(showLinks(t, links.as_mut_ptr(), links.len(), 1), 0);
+    // SAFETY: NUL-terminated by showLinks.
+    let links = unsafe { CStr::from_ptr(links.as_ptr()) }.to_str().unwrap();
+    let v: serde_json::Value = serde_json::from_str(links).unwrap();
+    assert_eq!(v["transport"], "rdma", "{links}");
+    let nics: Vec<String> = serde_json::from_value(v["links"].clone()).unwrap();
+    assert!(!nics.is_empty(), "{links}");
+    let blank = nic_load_stat {
+        device_name: [0; 64],
+        inflight_bytes: 7,
+        ewma_bandwidth_bps: 7.0,
+    };
+    let mut stats = [blank; 8];
+    let mut count = stats.len();
+    assert_eq!(getNicLoadStats(t, stats.as_mut_ptr(), &mut count), 0);
+    assert_eq!(count, nics.len());
+    // SAFETY: NUL-terminated by getNicLoadStats.
+    let first = unsafe { CStr::from_ptr(stats[0].device_name.as_ptr()) };
+    assert_eq!(first.to_str().unwrap(), nics[0]);
+    assert_eq!(stats[0].inflight_bytes, 0);
+    let mut zero = 0usize;
+    assert_eq!(getNicLoadStats(t, stats.as_mut_ptr(), &mut zero), 0);
+    assert_eq!(
+        zero,
+        nics.len(),
+        "capacity 0 still reports how many NICs there are"
+    );
     let tbuf = Buf::new(1 << 20, 0);
     let src = Buf::pattern(700_000, 21);
     let back = Buf::new(700_000, 0);

@@ -59,7 +59,6 @@ macro_rules! check {
     };
 }
 
-mod types;
 mod batch;
 mod config;
 mod engine;
@@ -68,6 +67,7 @@ mod notify;
 mod scatter;
 mod segment;
 mod stream;
+mod types;
 
 pub use batch::*;
 pub use config::*;
