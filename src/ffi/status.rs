@@ -124,14 +124,8 @@ pub extern "C" fn tw_last_error_message(buf: *mut c_char, len: usize) -> usize {
     super::ffi_boundary!(0, {
         LAST_ERROR.with(|l| {
             let msg = l.borrow();
-            if !buf.is_null() && len > 0 {
-                let n = msg.len().min(len - 1);
-                // SAFETY: the caller guarantees `buf` is writable for `len` bytes; n + 1 <= len.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
-                    *buf.add(n) = 0;
-                }
-            }
+            // SAFETY: `buf` is NULL or writable for `len` bytes (API contract).
+            unsafe { super::write_c_string_truncated(&msg, buf, len) };
             msg.len() + 1
         })
     })

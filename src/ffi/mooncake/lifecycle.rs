@@ -204,7 +204,8 @@ pub extern "C" fn getLocalIpAndPort(
         } else {
             crate::metadata::join_host_port(e.rpc_host(), e.rpc_port())
         };
-        write_truncated(&s, buf_out, buf_len);
+        // SAFETY: `buf_out` is NULL or writable for `buf_len` bytes (API contract).
+        unsafe { write_c_string_truncated(&s, buf_out, buf_len) };
         0
     })
 }

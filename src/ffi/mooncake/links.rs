@@ -94,7 +94,8 @@ pub extern "C" fn showLinks(
                 .to_string(),
                 (Err(_), false) => format!("no RDMA links on {}: {NO_RDMA}\n", h.engine.name()),
             };
-            write_truncated(&text, buf_out, buf_len);
+            // SAFETY: `buf_out` is NULL or writable for `buf_len` bytes (API contract).
+            unsafe { write_c_string_truncated(&text, buf_out, buf_len) };
             Ok(())
         });
         errno_of("showLinks", r)

@@ -12,7 +12,7 @@
 //! work is really in flight. Every function taking an engine is thread-safe, except
 //! `destroyTransferEngine`, which must not race with other calls on the same handle.
 
-use super::{ffi_boundary, slice_arg, str_arg};
+use super::{ffi_boundary, slice_arg, str_arg, write_c_string_truncated};
 use crate::engine::{Config, Engine, LOCAL_SEGMENT, Request, SegmentId, TaskState};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
@@ -101,19 +101,6 @@ unsafe fn string<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
     unsafe { str_arg(p, what) }
 }
 
-/// Copies as much of `s` as fits into `buf[..len]`, always NUL-terminated (`len > 0`).
-fn write_truncated(s: &str, buf: *mut c_char, len: usize) {
-    if buf.is_null() || len == 0 {
-        return;
-    }
-    let n = s.len().min(len - 1);
-    // SAFETY: the caller guarantees `buf` is writable for `len` bytes and n + 1 <= len.
-    unsafe {
-        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), n);
-        *buf.add(n) = 0;
-    }
-}
-
 /// Duplicates `s` into a `malloc`ed NUL-terminated string (NULL when out of memory). A NUL inside
 /// `s` ends the C string early.
 fn malloc_str(s: &str) -> *mut c_char {
@@ -121,10 +108,7 @@ fn malloc_str(s: &str) -> *mut c_char {
     let p = unsafe { libc::malloc(s.len() + 1) }.cast::<c_char>();
     if !p.is_null() {
         // SAFETY: `p` holds s.len() + 1 bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(s.as_ptr(), p.cast::<u8>(), s.len());
-            *p.add(s.len()) = 0;
-        }
+        unsafe { super::copy_with_nul(s.as_bytes(), p) };
     }
     p
 }

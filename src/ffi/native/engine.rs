@@ -46,16 +46,8 @@ pub extern "C" fn tw_engine_segment_name(
     ffi_boundary!(TW_ERR_PANIC, {
         // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
         let e = check!(unsafe { engine_ref(engine) });
-        if buf.is_null() {
-            return status::fail(&null("buf"));
-        }
-        // SAFETY: `buf` is writable for `len` bytes per the API contract.
-        if unsafe { write_c_string(e.name(), buf, len) } {
-            TW_OK
-        } else {
-            status::set_last_error(format!("segment name needs {} bytes", e.name().len() + 1));
-            TW_ERR_BUFFER_TOO_SMALL
-        }
+        // SAFETY: `buf` is NULL or writable for `len` bytes (API contract).
+        unsafe { string_out("segment name", e.name(), buf, len) }
     })
 }
 

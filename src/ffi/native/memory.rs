@@ -110,14 +110,7 @@ pub extern "C" fn tw_memory_location(
             return status::fail(&null("buf"));
         }
         let loc = check!(e.memory_location(addr as u64));
-        // SAFETY: `buf` holds `len` writable bytes per the API contract.
-        if unsafe { write_c_string(&loc, buf, len) } {
-            TW_OK
-        } else {
-            status::fail(&Error::new(
-                ErrorKind::BufferTooSmall,
-                format!("location {loc:?} needs {} bytes", loc.len() + 1),
-            ))
-        }
+        // SAFETY: `buf` is writable for `len` bytes (API contract).
+        unsafe { string_out(&format!("location {loc:?}"), &loc, buf, len) }
     })
 }

@@ -131,3 +131,22 @@ fn requests_from_c(reqs: &[tw_transfer_request]) -> crate::Result<Vec<Request>> 
 fn timeout(ms: i64) -> Option<Duration> {
     (ms >= 0).then(|| Duration::from_millis(ms as u64))
 }
+
+/// The one string-out pattern of the native API: copies `s` and a NUL into `buf[..len]`, or
+/// writes nothing and fails with `TW_ERR_BUFFER_TOO_SMALL`, the last error naming `what` and the
+/// size needed.
+///
+/// # Safety
+/// `buf` is NULL (refused) or writable for `len` bytes.
+unsafe fn string_out(what: &str, s: &str, buf: *mut c_char, len: usize) -> tw_result {
+    if buf.is_null() {
+        return status::fail(&null("buf"));
+    }
+    // SAFETY: `buf` is writable for `len` bytes per this function's contract.
+    if unsafe { write_c_string(s, buf, len) } {
+        TW_OK
+    } else {
+        status::set_last_error(format!("{what} needs {} bytes", s.len() + 1));
+        TW_ERR_BUFFER_TOO_SMALL
+    }
+}

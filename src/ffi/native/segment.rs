@@ -63,12 +63,11 @@ pub extern "C" fn tw_segment_descriptor(
         if let Some(n) = unsafe { needed_out.as_mut() } {
             *n = json.len() + 1;
         }
-        // SAFETY: `buf` is writable for `len` bytes per the API contract.
-        if unsafe { write_c_string(&json, buf, len) } {
-            TW_OK
-        } else {
+        if buf.is_null() {
             status::set_last_error(format!("descriptor needs {} bytes", json.len() + 1));
-            TW_ERR_BUFFER_TOO_SMALL
+            return TW_ERR_BUFFER_TOO_SMALL;
         }
+        // SAFETY: `buf` is NULL or writable for `len` bytes (API contract).
+        unsafe { string_out("descriptor", &json, buf, len) }
     })
 }
