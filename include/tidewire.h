@@ -324,11 +324,13 @@ tw_result tw_batch_status(const struct tw_engine *engine,
                           struct tw_transfer_status *status_out);
 
 /*
- Blocks (without spinning) until every task of the batch has finished, or `timeout_ms` passes
+ Blocks (polling with yields for about 50 µs, then sleeping) until every task of the batch has finished, or `timeout_ms` passes
  (negative = no limit). `TW_OK` when all completed; the first failed task's error otherwise;
  `TW_ERR_TIMEOUT` if time ran out (nothing is cancelled).
  */
-tw_result tw_batch_wait(const struct tw_engine *engine, uint64_t batch, int64_t timeout_ms);
+tw_result tw_batch_wait(const struct tw_engine *engine,
+                        uint64_t batch,
+                        int64_t timeout_ms);
 
 /*
  Frees a batch. `TW_ERR_BUSY` while any of its work is in flight (the batch stays valid);
@@ -573,11 +575,13 @@ tw_result tw_stream_op_status(const struct tw_engine *engine,
                               struct tw_transfer_status *status_out);
 
 /*
- Blocks (without spinning) until the stream-ordered operation finished, or `timeout_ms`
+ Blocks (polling with yields for about 50 µs, then sleeping) until the stream-ordered operation finished, or `timeout_ms`
  passes (negative = no limit): `TW_OK`, the transfer's error (detail in
  `tw_last_error_message`), or `TW_ERR_TIMEOUT` (nothing is cancelled).
  */
-tw_result tw_stream_op_wait(const struct tw_engine *engine, uint64_t op, int64_t timeout_ms);
+tw_result tw_stream_op_wait(const struct tw_engine *engine,
+                            uint64_t op,
+                            int64_t timeout_ms);
 
 /*
  Frees a finished stream-ordered operation. `TW_ERR_BUSY` while it has not finished (it

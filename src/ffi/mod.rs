@@ -1,5 +1,6 @@
-//! The C APIs. This is the only module that touches C pointers or exports symbols:
-//! `native` is tidewire's own `tw_*` API (`include/tidewire.h`); `mooncake` exports the 27
+//! The C APIs. This is the only module that touches pointers handed in by C callers, and the
+//! only one that exports symbols (`gpu` and `transport::rdma` hold pointers to CUDA and verbs
+//! objects they created). `native` is tidewire's own `tw_*` API (`include/tidewire.h`); `mooncake` exports the 27
 //! functions of Mooncake's `transfer_engine_c.h`.
 #![allow(non_camel_case_types)]
 

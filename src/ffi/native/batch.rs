@@ -64,7 +64,7 @@ pub extern "C" fn tw_batch_status(
     })
 }
 
-/// Blocks (without spinning) until every task of the batch has finished, or `timeout_ms` passes
+/// Blocks (polling with yields for about 50 µs, then sleeping) until every task of the batch has finished, or `timeout_ms` passes
 /// (negative = no limit). `TW_OK` when all completed; the first failed task's error otherwise;
 /// `TW_ERR_TIMEOUT` if time ran out (nothing is cancelled).
 #[unsafe(no_mangle)]

@@ -80,7 +80,7 @@ pub extern "C" fn tw_stream_op_status(
     })
 }
 
-/// Blocks (without spinning) until the stream-ordered operation finished, or `timeout_ms`
+/// Blocks (polling with yields for about 50 µs, then sleeping) until the stream-ordered operation finished, or `timeout_ms`
 /// passes (negative = no limit): `TW_OK`, the transfer's error (detail in
 /// `tw_last_error_message`), or `TW_ERR_TIMEOUT` (nothing is cancelled).
 #[unsafe(no_mangle)]

@@ -173,8 +173,8 @@ impl Rdma {
         }
     }
 
-    /// Completion thread of device `di`: polls, spins briefly when idle, then sleeps on the
-    /// completion channel.
+    /// Completion thread of device `di`: polls; when idle, spins up to 2000 empty polls (yielding
+    /// every 64), then arms the CQ and sleeps on the completion channel (at most 50 ms).
     pub(crate) fn completion_loop(self: Arc<Self>, di: usize) {
         let dev = self.devices[di].clone();
         let mut wc = [ibv_wc::default(); 64];
