@@ -12,7 +12,7 @@ pub mod log;
 pub mod completion;
 pub mod engine;
 pub mod error;
-pub mod ffi;
+mod ffi;
 pub mod gpu;
 pub mod memory;
 pub mod metadata;

@@ -31,18 +31,11 @@ mod notify;
 mod segment;
 mod types;
 
-pub use batch::*;
-pub use lifecycle::*;
-pub use links::*;
-pub use memory::*;
-pub use notify::*;
-pub use segment::*;
+#[cfg(test)]
+use {batch::*, lifecycle::*, memory::*, notify::*, segment::*};
 
 use codes::*;
-pub use types::{
-    buffer_entry, nic_load_stat, notify_msg, segment_desc, segment_desc_nvmeof, segment_desc_rdma,
-    segment_desc_union, transfer_request, transfer_status,
-};
+use types::*;
 
 /// What a `transfer_engine_t` points at.
 struct MooncakeEngine {

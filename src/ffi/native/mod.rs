@@ -37,6 +37,16 @@ pub const TW_OPCODE_WRITE: i32 = 1;
 /// Segment id of the engine itself.
 pub const TW_LOCAL_SEGMENT: i32 = 0;
 
+// The constants above are declared for the header; they must match the Rust values.
+const _: () = {
+    assert!(TW_TASK_WAITING == crate::engine::TaskState::Waiting as i32);
+    assert!(TW_TASK_COMPLETED == crate::engine::TaskState::Completed as i32);
+    assert!(TW_TASK_FAILED == crate::engine::TaskState::Failed as i32);
+    assert!(TW_OPCODE_READ == Opcode::Read as i32);
+    assert!(TW_OPCODE_WRITE == Opcode::Write as i32);
+    assert!(TW_LOCAL_SEGMENT == crate::engine::LOCAL_SEGMENT);
+};
+
 /// Engine configuration under construction (opaque). Functions: `tw_config_new`,
 /// `tw_config_set`, `tw_config_free`; `tw_engine_new` reads it (the caller still frees it).
 pub struct tw_config {
@@ -69,15 +79,7 @@ mod segment;
 mod stream;
 mod types;
 
-pub use batch::*;
-pub use config::*;
-pub use engine::*;
-pub use memory::*;
-pub use notify::*;
-pub use scatter::*;
-pub use segment::*;
-pub use stream::*;
-pub use types::*;
+use types::*;
 
 fn null(what: &str) -> Error {
     Error::new(ErrorKind::NullArgument, format!("{what} is NULL"))
