@@ -8,12 +8,12 @@ fn create(
     ip: *const c_char,
     auto_discover: c_int,
 ) -> Result<Box<MooncakeEngine>> {
-    // SAFETY: `metadata` is NULL or a NUL-terminated string valid for the call (API contract).
+    // SAFETY: `metadata` is NULL or a NUL-terminated string (API contract).
     let metadata = unsafe { string(metadata, "metadata_conn_string") }?;
-    // SAFETY: `server_name` is NULL or a NUL-terminated string valid for the call (API contract).
+    // SAFETY: `server_name` is NULL or a NUL-terminated string (API contract).
     let server_name = unsafe { string(server_name, "local_server_name") }?;
     // Unused, as in Mooncake's classic engine; still refused when NULL.
-    // SAFETY: `ip` is NULL or a NUL-terminated string valid for the call (API contract).
+    // SAFETY: `ip` is NULL or a NUL-terminated string (API contract).
     unsafe { string(ip, "ip_or_host_name") }?;
     let mut cfg = Config::default();
     cfg.set("metadata", metadata)?;
@@ -145,7 +145,7 @@ pub extern "C" fn installTransport(
     ffi_boundary!(std::ptr::null_mut(), {
         // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
         let r = unsafe { handle(engine) }
-            // SAFETY: `proto` is NULL or a NUL-terminated string valid for the call (API contract).
+            // SAFETY: `proto` is NULL or a NUL-terminated string (API contract).
             .and_then(|h| Ok((h, unsafe { string(proto, "proto") }?)))
             .and_then(|(h, p)| install(h, p, args));
         r.unwrap_or_else(|e| {
@@ -161,8 +161,11 @@ pub extern "C" fn uninstallTransport(engine: *mut c_void, proto: *const c_char) 
     ffi_boundary!(ERR_CONTEXT, {
         errno_of(
             "uninstallTransport",
-            // SAFETY: `engine` is NULL or a live handle from `createTransferEngine`; `proto` is NULL or a NUL-terminated string valid for the call (API contract).
-            unsafe { handle(engine) }.and_then(|_| unsafe { string(proto, "proto") }.map(|_| ())),
+            // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
+            unsafe { handle(engine) }.and_then(|_| {
+                // SAFETY: `proto` is NULL or a NUL-terminated string (API contract).
+                unsafe { string(proto, "proto") }.map(|_| ())
+            }),
         )
     })
 }

@@ -16,7 +16,7 @@ pub extern "C" fn registerLocalMemory(
     ffi_boundary!(ERR_CONTEXT, {
         // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
         let r = unsafe { handle(engine) }.and_then(|h| {
-            // SAFETY: `location` is NULL or a NUL-terminated string valid for the call (API contract).
+            // SAFETY: `location` is NULL or a NUL-terminated string (API contract).
             let loc = unsafe { string(location, "location") }?;
             h.engine
                 .register_memory(addr as u64, length as u64, loc, remote_accessible != 0)
@@ -48,7 +48,7 @@ pub extern "C" fn registerLocalMemoryBatch(
     ffi_boundary!(ERR_CONTEXT, {
         // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
         let r = unsafe { handle(engine) }.and_then(|h| {
-            // SAFETY: `location` is NULL or a NUL-terminated string valid for the call (API contract).
+            // SAFETY: `location` is NULL or a NUL-terminated string (API contract).
             let loc = unsafe { string(location, "location") }?;
             // SAFETY: NULL (refused unless buffer_len == 0) or `buffer_len` entries per the C API.
             let list = unsafe { slice_arg(buffer_list.cast_const(), buffer_len, "buffer_list") }?;

@@ -118,9 +118,9 @@ pub extern "C" fn genNotifyInEngine(
     ffi_boundary!(ERR_CONTEXT, {
         // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
         let r = unsafe { handle(engine) }.and_then(|h| {
-            // SAFETY: `notify_msg.name` is NULL or a NUL-terminated string valid for the call (API contract).
+            // SAFETY: `notify_msg.name` is NULL or a NUL-terminated string (API contract).
             let name = unsafe { string(notify_msg.name, "notify_msg.name") }?;
-            // SAFETY: `notify_msg.msg` is NULL or a NUL-terminated string valid for the call (API contract).
+            // SAFETY: `notify_msg.msg` is NULL or a NUL-terminated string (API contract).
             let msg = unsafe { string(notify_msg.msg, "notify_msg.msg") }?;
             let id = SegmentId::try_from(target_id).map_err(|_| {
                 err(

@@ -3,7 +3,7 @@
 use super::*;
 
 fn open(h: &MooncakeEngine, name: *const c_char) -> Result<SegmentId> {
-    // SAFETY: `name` is NULL or a NUL-terminated string valid for the call (API contract).
+    // SAFETY: `name` is NULL or a NUL-terminated string (API contract).
     let name = unsafe { string(name, "segment_name") }?.trim_start_matches('/');
     if !name.is_empty() && name != h.engine.name() && !h.tcp_installed() {
         return Err(h.no_transport());
@@ -38,7 +38,7 @@ pub extern "C" fn openSegmentNoCache(engine: *mut c_void, segment_name: *const c
     ffi_boundary!(-1, {
         // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
         let r = unsafe { handle(engine) }.and_then(|h| {
-            // SAFETY: `segment_name` is NULL or a NUL-terminated string valid for the call (API contract).
+            // SAFETY: `segment_name` is NULL or a NUL-terminated string (API contract).
             let name = unsafe { string(segment_name, "segment_name") }?.trim_start_matches('/');
             let cached = h.opened().get(name).copied();
             match cached {
@@ -69,9 +69,11 @@ pub extern "C" fn warmupEfaSegment(engine: *mut c_void, segment_name: *const c_c
     ffi_boundary!(ERR_CONTEXT, {
         errno_of(
             "warmupEfaSegment",
-            // SAFETY: `engine` is NULL or a live handle from `createTransferEngine`; `segment_name` is NULL or a NUL-terminated string valid for the call (API contract).
-            unsafe { handle(engine) }
-                .and_then(|_| unsafe { string(segment_name, "segment_name") }.map(|_| ())),
+            // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
+            unsafe { handle(engine) }.and_then(|_| {
+                // SAFETY: `segment_name` is NULL or a NUL-terminated string (API contract).
+                unsafe { string(segment_name, "segment_name") }.map(|_| ())
+            }),
         )
     })
 }
@@ -84,7 +86,7 @@ pub extern "C" fn removeLocalSegment(engine: *mut c_void, segment_name: *const c
     ffi_boundary!(ERR_CONTEXT, {
         // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
         let r = unsafe { handle(engine) }.and_then(|h| {
-            // SAFETY: `segment_name` is NULL or a NUL-terminated string valid for the call (API contract).
+            // SAFETY: `segment_name` is NULL or a NUL-terminated string (API contract).
             let name = unsafe { string(segment_name, "segment_name") }?.trim_start_matches('/');
             if name.is_empty() {
                 return Err(err(ErrorKind::InvalidArgument, "empty segment name"));

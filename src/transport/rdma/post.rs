@@ -24,6 +24,10 @@ pub struct Work {
     wr: ibv_send_wr,
 }
 
+// SAFETY: the raw pointers inside `sge` and `wr` point into this boxed `Work` itself or at
+// registered memory; they are only used by the thread that currently owns the box.
+unsafe impl Send for Work {}
+
 impl Work {
     /// Finishes the slice with an error.
     pub(crate) fn fail(self: Box<Self>, kind: ErrorKind) {
