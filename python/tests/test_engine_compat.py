@@ -132,7 +132,8 @@ def test_unsupported_metadata_returns_minus_one(metadata):
 def test_initialize_ext_builds_the_connection_string():
     te = TransferEngine()
     try:
-        assert te.initialize_ext("127.0.0.1", "127.0.0.1:2379", "tcp", "", "etcd") == -1
+        # etcd on port 1 (nothing listens there): unreachable, so -1
+        assert te.initialize_ext("127.0.0.1", "127.0.0.1:1", "tcp", "", "etcd") == -1
         assert te.initialize_ext("127.0.0.1:0", "P2PHANDSHAKE", "tcp", "", "http") == 0
         assert te.get_rpc_port() > 0
     finally:
