@@ -1,0 +1,158 @@
+//! Memory the store client owns: anonymous mappings for the global segment and the local
+//! staging buffer, and staged allocations carved out of the latter.
+
+use super::alloc::OffsetAllocator;
+use std::sync::{Arc, Mutex};
+
+/// An anonymous private mapping, unmapped on drop.
+#[derive(Debug)]
+pub struct Mapped {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; concurrent access to its bytes is
+// coordinated by the store (allocators hand out disjoint ranges).
+unsafe impl Send for Mapped {}
+// SAFETY: as above; `&Mapped` only exposes the address and length.
+unsafe impl Sync for Mapped {}
+
+impl Mapped {
+    /// Maps `len` (> 0) bytes, lazily backed by zero pages.
+    pub fn new(len: usize) -> std::io::Result<Mapped> {
+        if len == 0 {
+            return Err(std::io::Error::other("zero-length mapping"));
+        }
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mapped { ptr: p.cast(), len })
+    }
+
+    /// Base address.
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false (mappings are never empty).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `[addr, addr+len)` lies inside the mapping.
+    pub fn contains(&self, addr: u64, len: u64) -> bool {
+        addr >= self.addr()
+            && addr
+                .checked_add(len)
+                .is_some_and(|e| e <= self.addr() + self.len as u64)
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly the mapping created in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// The local staging buffer: a registered mapping with an offset allocator.
+#[derive(Debug)]
+pub struct LocalBuffer {
+    mem: Mapped,
+    alloc: Mutex<OffsetAllocator>,
+}
+
+impl LocalBuffer {
+    /// A buffer over `mem`.
+    pub fn new(mem: Mapped) -> Arc<LocalBuffer> {
+        let n = mem.len() as u64;
+        Arc::new(LocalBuffer {
+            mem,
+            alloc: Mutex::new(OffsetAllocator::new(n)),
+        })
+    }
+
+    /// The mapping.
+    pub fn mem(&self) -> &Mapped {
+        &self.mem
+    }
+
+    /// Carves `len` bytes; `None` when the buffer is full.
+    pub fn take(self: &Arc<Self>, len: u64) -> Option<Staged> {
+        let off = self
+            .alloc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .alloc(len)?;
+        Some(Staged {
+            buf: self.clone(),
+            addr: self.mem.addr() + off,
+            len,
+        })
+    }
+}
+
+/// A range of the local buffer, returned to it on drop.
+#[derive(Debug)]
+pub struct Staged {
+    buf: Arc<LocalBuffer>,
+    addr: u64,
+    len: u64,
+}
+
+impl Staged {
+    /// Address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the range is empty (never: allocations are > 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the range lies in the live mapping (kept alive by `buf`) and is owned by this
+        // value alone until drop.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len as usize) }
+    }
+
+    /// The bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len as usize) }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let off = self.addr - self.buf.mem.addr();
+        self.buf
+            .alloc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .free(off, self.len);
+    }
+}
