@@ -133,13 +133,12 @@ impl Master {
                 },
             },
             Request::Ping { client_id } => {
-                let known = self
-                    .clients
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(client_id, Instant::now())
-                    .is_some();
-                Reply::Pong { remount: !known }
+                self.touch(client_id);
+                // Re-mount whenever the master holds no segment of this client (restart, or
+                // expired after missed heartbeats); clients without a segment ignore it.
+                Reply::Pong {
+                    remount: self.segs.of_client(client_id).is_empty(),
+                }
             }
             Request::PutStart {
                 client_id,
