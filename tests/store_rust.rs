@@ -67,7 +67,9 @@ fn client(m: &MasterProc, seg: u64, metadata: &str) -> StoreClient {
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 fn put(c: &StoreClient, key: &str, v: &[u8], upsert: bool) -> i32 {
@@ -108,7 +110,10 @@ fn put_get_upsert_remove_across_engines() {
     assert_eq!(put(&writer, &long, b"v", true), code::INVALID_PARAMS);
     assert_eq!(put(&writer, "", b"v", true), code::INVALID_PARAMS);
     assert_eq!(put(&writer, "empty", b"", true), code::INVALID_PARAMS);
-    assert_eq!(writer.exist(&["k", "missing", &long]), vec![1, 0, code::INVALID_PARAMS]);
+    assert_eq!(
+        writer.exist(&["k", "missing", &long]),
+        vec![1, 0, code::INVALID_PARAMS]
+    );
     // Leases: a fresh read holds the key against non-forced removal.
     get(&writer, "k").unwrap();
     assert_eq!(writer.remove(&["k"], false)[0], code::OBJECT_HAS_LEASE);
@@ -120,13 +125,22 @@ fn put_get_upsert_remove_across_engines() {
         assert_eq!(put(&writer, k, b"abc", true), 0);
     }
     assert_eq!(writer.remove_by_regex("^re@.*", true), 2);
-    assert_eq!(writer.remove_by_regex("(", true), code::INVALID_PARAMS as i64);
+    assert_eq!(
+        writer.remove_by_regex("(", true),
+        code::INVALID_PARAMS as i64
+    );
     assert_eq!(writer.remove_all(true), 1);
 }
 
 #[test]
 fn large_values_full_segment_and_zero_copy() {
-    let m = MasterProc::start(&["--eviction_high_watermark_ratio=1.0", "--eviction_ratio=0.0"], 0);
+    let m = MasterProc::start(
+        &[
+            "--eviction_high_watermark_ratio=1.0",
+            "--eviction_ratio=0.0",
+        ],
+        0,
+    );
     let server = client(&m, 96 << 20, "P2PHANDSHAKE");
     let writer = client(&m, 0, "P2PHANDSHAKE");
     // 40 MiB crosses several 16 MiB slices; written and read zero-copy from registered memory.
@@ -140,7 +154,13 @@ fn large_values_full_segment_and_zero_copy() {
         ..WriteConfig::default()
     };
     // SAFETY: `big` is alive and unchanged during the call.
-    let r = unsafe { writer.put_from(&[("big", big.as_ptr() as u64, big.len() as u64)], true, &hard) };
+    let r = unsafe {
+        writer.put_from(
+            &[("big", big.as_ptr() as u64, big.len() as u64)],
+            true,
+            &hard,
+        )
+    };
     assert_eq!(r, vec![0]);
     let mut back = vec![0u8; 40 << 20];
     // SAFETY: `back` is writable and unshared.
@@ -157,7 +177,14 @@ fn large_values_full_segment_and_zero_copy() {
             ("big", 0, 10),
         ])
     };
-    assert_eq!(r, vec![code::INVALID_PARAMS as i64, code::OBJECT_NOT_FOUND as i64, code::INVALID_PARAMS as i64]);
+    assert_eq!(
+        r,
+        vec![
+            code::INVALID_PARAMS as i64,
+            code::OBJECT_NOT_FOUND as i64,
+            code::INVALID_PARAMS as i64
+        ]
+    );
     // The segment (96 MiB) cannot take another 60 MiB: -200, not a crash; nothing evictable.
     let huge = pattern(60 << 20, 1);
     assert_eq!(put(&writer, "huge", &huge, true), code::NO_AVAILABLE_HANDLE);
@@ -172,7 +199,15 @@ fn large_values_full_segment_and_zero_copy() {
             ("nope", frag.as_mut_ptr() as u64, 0, 1),
         ])
     };
-    assert_eq!(r, vec![50, 50, code::INVALID_PARAMS as i64, code::OBJECT_NOT_FOUND as i64]);
+    assert_eq!(
+        r,
+        vec![
+            50,
+            50,
+            code::INVALID_PARAMS as i64,
+            code::OBJECT_NOT_FOUND as i64
+        ]
+    );
     assert_eq!(&frag[..50], &big[1000..1050]);
     assert_eq!(&frag[50..], &big[(40 << 20) - 50..]);
     drop(server);
@@ -228,7 +263,8 @@ fn http_metadata_mode_and_metrics() {
     assert_eq!(get(&b, "hk").unwrap(), v);
     let mut s = std::net::TcpStream::connect(("127.0.0.1", m.metrics_port)).unwrap();
     use std::io::{Read, Write};
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     assert!(text.contains("tidewire_master_objects 1"), "{text}");

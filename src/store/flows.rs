@@ -60,6 +60,11 @@ impl Shared {
                 .is_some_and(|s| s.contains(r.addr, r.len))
     }
 
+    /// Whether caller memory may be touched: registered with the engine, or at least mapped.
+    fn usable(&self, addr: u64, len: u64) -> bool {
+        self.engine.memory_location(addr).is_ok() || super::mem::range_mapped(addr, len)
+    }
+
     /// Runs one batch of requests. Local ranges the engine does not know are registered for the
     /// duration of the batch (local-only), as Mooncake tolerates unregistered buffers on TCP.
     fn run_batch(&self, reqs: &[Xfer], bytes: u64) -> BatchEnd {
@@ -152,6 +157,11 @@ impl Shared {
         for (i, (st, &(_, src, len))) in starts.iter().zip(items).enumerate() {
             if st.code != code::OK {
                 out[i] = st.code;
+                continue;
+            }
+            if !self.usable(src, len) {
+                out[i] = code::INVALID_PARAMS;
+                failed[i] = true;
                 continue;
             }
             for r in &st.replicas {
@@ -292,7 +302,11 @@ impl Shared {
                 continue;
             }
             let dst = match dst(i, g.size) {
-                Ok(a) => a,
+                Ok(a) if self.usable(a, g.size) => a,
+                Ok(_) => {
+                    out[i] = code::INVALID_PARAMS as i64;
+                    continue;
+                }
                 Err(c) => {
                     out[i] = c as i64;
                     continue;
@@ -652,7 +666,11 @@ impl StoreClient {
                 out[i] = g.code as i64;
                 continue;
             }
-            if dst == 0 || len == 0 || src_off.checked_add(len).is_none_or(|e| e > g.size) {
+            if dst == 0
+                || len == 0
+                || src_off.checked_add(len).is_none_or(|e| e > g.size)
+                || !sh.usable(dst, len)
+            {
                 continue;
             }
             let Some(r) = g

@@ -156,3 +156,51 @@ impl Drop for Staged {
             .free(off, self.len);
     }
 }
+
+/// Whether every page of `[addr, addr+len)` is mapped in this process (`mincore` fails with
+/// `ENOMEM` on a hole). Used before touching caller memory the engine does not know, so a bad
+/// address is an `INVALID_PARAMS` result instead of a crash. It cannot see protections: mapped
+/// but read-only memory used as a destination still faults, as it would in any copy.
+pub fn range_mapped(addr: u64, len: u64) -> bool {
+    if addr == 0 || len == 0 {
+        return false;
+    }
+    // SAFETY: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let Some(end) = addr.checked_add(len) else {
+        return false;
+    };
+    let start = addr & !(page - 1);
+    let mut at = start;
+    // Probe in windows so the residency vector stays small for large ranges.
+    let mut vec = vec![0u8; 4096];
+    while at < end {
+        let span = (end - at).min(page * vec.len() as u64);
+        // SAFETY: mincore only reads the page tables for the range and writes at most
+        // ceil(span/page) <= vec.len() bytes into `vec`.
+        let r = unsafe { libc::mincore(at as *mut libc::c_void, span as usize, vec.as_mut_ptr()) };
+        if r != 0 {
+            return false;
+        }
+        at += span.div_ceil(page) * page;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapped_ranges_are_told_apart_from_holes() {
+        let m = Mapped::new(1 << 20).unwrap();
+        assert!(range_mapped(m.addr(), 1 << 20));
+        assert!(range_mapped(m.addr() + 100, 10));
+        assert!(!range_mapped(0, 10));
+        assert!(!range_mapped(8, 10));
+        assert!(!range_mapped(u64::MAX - 5, 10));
+        let addr = m.addr();
+        drop(m);
+        assert!(!range_mapped(addr, 4096));
+    }
+}
