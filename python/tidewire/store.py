@@ -472,3 +472,26 @@ class MooncakeDistributedStore:
         if self._h is None:
             return INTERNAL_ERROR
         return _ffi.lib().tw_store_remove_all(self._h, bool(force))
+
+
+def install_as_mooncake():
+    """Makes ``import mooncake.store`` (and ``from mooncake.store import ...``) resolve to this
+    module, so code written for Mooncake Store (TransferQueue's ``MooncakeStoreClient``) runs on
+    tidewire unchanged. Call it once before that code imports ``mooncake.store``. An installed
+    ``mooncake`` package keeps its other modules; only ``mooncake.store`` is replaced."""
+    import importlib
+    import sys
+    import types
+
+    me = sys.modules[__name__]
+    parent = sys.modules.get("mooncake")
+    if parent is None:
+        try:
+            parent = importlib.import_module("mooncake")
+        except ImportError:
+            parent = types.ModuleType("mooncake")
+            parent.__path__ = []
+            sys.modules["mooncake"] = parent
+    sys.modules["mooncake.store"] = me
+    parent.store = me
+    return me
