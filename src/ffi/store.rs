@@ -6,12 +6,25 @@
 //! are unusable: NULL arrays, a NULL handle). `tw_last_error_message()` gives the detail of a
 //! failed call. Every function is thread-safe on one `tw_store`; none retains caller pointers.
 
+#[path = "store_args.rs"]
+mod args;
+
 use super::ffi_boundary;
+use args::{arr, arr_mut, bad, keys, store, write_config};
+
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(c) => return c.into(),
+        }
+    };
+}
 use super::status::set_last_error;
-use crate::store::flows::Fetched;
+use crate::store::copying::Fetched;
 use crate::store::proto::code;
-use crate::store::{StoreClient, StoreConfig, WriteConfig};
-use std::ffi::{CStr, c_char, c_void};
+use crate::store::{StoreClient, StoreConfig};
+use std::ffi::{c_char, c_void};
 
 // The literals are for cbindgen; `codes_match_the_store` checks them against `proto::code`.
 
@@ -72,100 +85,6 @@ pub struct tw_store_value {
     pub len: u64,
     /// Owner token for `tw_store_value_release`.
     pub owner: *mut c_void,
-}
-
-fn bad(msg: impl Into<String>) -> i32 {
-    set_last_error(msg.into());
-    code::INVALID_PARAMS
-}
-
-/// Borrows the handle.
-///
-/// # Safety
-/// `s` is NULL or a live handle from `tw_store_setup`.
-unsafe fn store<'a>(s: *const tw_store) -> Result<&'a StoreClient, i32> {
-    // SAFETY: per the contract above.
-    unsafe { s.as_ref() }
-        .map(|s| &s.client)
-        .ok_or_else(|| bad("store handle is NULL"))
-}
-
-/// Borrows `n` NUL-terminated keys.
-///
-/// # Safety
-/// `keys` is NULL (only with `n == 0`) or points at `n` pointers, each NULL or a valid C string.
-unsafe fn keys<'a>(keys: *const *const c_char, n: usize) -> Result<Vec<&'a str>, i32> {
-    // SAFETY: per the contract above.
-    let ptrs = unsafe { super::slice_arg(keys, n, "keys") }.map_err(|e| bad(e.to_string()))?;
-    ptrs.iter()
-        .map(|&p| {
-            if p.is_null() {
-                // An unusable key fails on its own below (empty key = INVALID_PARAMS).
-                Ok("")
-            } else {
-                // SAFETY: non-NULL and NUL-terminated per the contract.
-                Ok(unsafe { CStr::from_ptr(p) }.to_str().unwrap_or(""))
-            }
-        })
-        .collect()
-}
-
-/// # Safety
-/// `p` is NULL or points at `n` elements.
-unsafe fn arr<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T], i32> {
-    // SAFETY: per the contract above.
-    unsafe { super::slice_arg(p, n, what) }.map_err(|e| bad(e.to_string()))
-}
-
-/// # Safety
-/// `p` is NULL or points at `n` writable elements.
-unsafe fn arr_mut<'a, T>(p: *mut T, n: usize, what: &str) -> Result<&'a mut [T], i32> {
-    if n == 0 {
-        return Ok(&mut []);
-    }
-    if p.is_null() {
-        return Err(bad(format!("{what} is NULL with count {n}")));
-    }
-    // SAFETY: non-NULL, `n` writable elements per the contract.
-    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
-}
-
-/// # Safety
-/// `cfg` is NULL or a valid config whose `preferred_segments` is NULL or a C string.
-unsafe fn write_config(cfg: *const tw_store_replicate_config) -> WriteConfig {
-    // SAFETY: per the contract above.
-    let Some(c) = (unsafe { cfg.as_ref() }) else {
-        return WriteConfig::default();
-    };
-    let preferred = if c.preferred_segments.is_null() {
-        Vec::new()
-    } else {
-        // SAFETY: non-NULL C string per the contract.
-        unsafe { CStr::from_ptr(c.preferred_segments) }
-            .to_str()
-            .unwrap_or("")
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect()
-    };
-    WriteConfig {
-        replica_num: c.replica_num,
-        hard_pin: c.with_hard_pin,
-        soft_pin: c.with_soft_pin,
-        preferred_segments: preferred,
-        local_segment: String::new(),
-    }
-}
-
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(c) => return c.into(),
-        }
-    };
 }
 
 /// Creates a store client (Mooncake's `setup`): starts an engine on `local_hostname` with
@@ -340,11 +259,15 @@ pub unsafe extern "C" fn tw_store_put(
     results: *mut i32,
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
-        // SAFETY (all four): per the contract above.
+        // SAFETY: pointers as documented in this function's contract.
         let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
         let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
         let ps = tri!(unsafe { arr(ptrs, n, "ptrs") });
+        // SAFETY: pointers as documented in this function's contract.
         let ss = tri!(unsafe { arr(sizes, n, "sizes") });
+        // SAFETY: pointers as documented in this function's contract.
         let out = tri!(unsafe { arr_mut(results, n, "results") });
         // SAFETY: per the contract above.
         let wcfg = unsafe { write_config(cfg) };
@@ -397,11 +320,15 @@ pub unsafe extern "C" fn tw_store_get_into(
     results: *mut i64,
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
-        // SAFETY (all four): per the contract above.
+        // SAFETY: pointers as documented in this function's contract.
         let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
         let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
         let ps = tri!(unsafe { arr(ptrs, n, "ptrs") });
+        // SAFETY: pointers as documented in this function's contract.
         let cs = tri!(unsafe { arr(caps, n, "caps") });
+        // SAFETY: pointers as documented in this function's contract.
         let out = tri!(unsafe { arr_mut(results, n, "results") });
         let items: Vec<(&str, u64, u64)> = ks
             .iter()
@@ -428,10 +355,13 @@ pub unsafe extern "C" fn tw_store_get_copy(
     results: *mut i64,
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
-        // SAFETY (all four): per the contract above.
+        // SAFETY: pointers as documented in this function's contract.
         let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
         let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
         let vs = tri!(unsafe { arr_mut(values, n, "values") });
+        // SAFETY: pointers as documented in this function's contract.
         let out = tri!(unsafe { arr_mut(results, n, "results") });
         for ((r, v), o) in c
             .get_values(&ks)
@@ -501,12 +431,17 @@ pub unsafe extern "C" fn tw_store_get_ranges(
     results: *mut i64,
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
-        // SAFETY (all six): per the contract above.
+        // SAFETY: pointers as documented in this function's contract.
         let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
         let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
         let ds = tri!(unsafe { arr(dsts, n, "dsts") });
+        // SAFETY: pointers as documented in this function's contract.
         let os = tri!(unsafe { arr(src_offsets, n, "src_offsets") });
+        // SAFETY: pointers as documented in this function's contract.
         let ls = tri!(unsafe { arr(lens, n, "lens") });
+        // SAFETY: pointers as documented in this function's contract.
         let out = tri!(unsafe { arr_mut(results, n, "results") });
         let frags: Vec<(&str, u64, u64, u64)> = (0..n)
             .map(|i| (ks[i], ds[i] as u64, os[i], ls[i]))
@@ -524,8 +459,9 @@ pub unsafe extern "C" fn tw_store_get_ranges(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_get_size(s: *const tw_store, key: *const c_char) -> i64 {
     ffi_boundary!(code::INTERNAL_ERROR as i64, {
-        // SAFETY (both): per the contract above.
+        // SAFETY: `s` is a live handle per the contract above.
         let c = tri!(unsafe { store(s) }.map_err(i64::from));
+        // SAFETY: pointers as documented in this function's contract.
         let k = tri!(unsafe { keys(&key, 1) }.map_err(i64::from));
         match c.sizes(&k)[0] {
             Ok(n) => n as i64,
@@ -546,9 +482,11 @@ pub unsafe extern "C" fn tw_store_exist(
     results: *mut i32,
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
-        // SAFETY (all three): per the contract above.
+        // SAFETY: pointers as documented in this function's contract.
         let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
         let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
         let out = tri!(unsafe { arr_mut(results, n, "results") });
         out.copy_from_slice(&c.exist(&ks));
         code::OK
@@ -568,9 +506,11 @@ pub unsafe extern "C" fn tw_store_remove(
     results: *mut i32,
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
-        // SAFETY (all three): per the contract above.
+        // SAFETY: pointers as documented in this function's contract.
         let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
         let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
         let out = tri!(unsafe { arr_mut(results, n, "results") });
         out.copy_from_slice(&c.remove(&ks, force));
         code::OK
@@ -588,11 +528,11 @@ pub unsafe extern "C" fn tw_store_remove_by_regex(
     force: bool,
 ) -> i64 {
     ffi_boundary!(code::INTERNAL_ERROR as i64, {
-        // SAFETY (both): per the contract above.
+        // SAFETY: `s` is a live handle per the contract above.
         let c = tri!(unsafe { store(s) }.map_err(i64::from));
-        let p = tri!(
-            unsafe { super::str_arg(pattern, "pattern") }.map_err(|e| bad(e.to_string()) as i64)
-        );
+        // SAFETY: `pattern` is a C string per the contract above.
+        let p = unsafe { super::str_arg(pattern, "pattern") };
+        let p = tri!(p.map_err(|e| bad(e.to_string()) as i64));
         c.remove_by_regex(p, force)
     })
 }
@@ -604,34 +544,8 @@ pub unsafe extern "C" fn tw_store_remove_by_regex(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_remove_all(s: *const tw_store, force: bool) -> i64 {
     ffi_boundary!(code::INTERNAL_ERROR as i64, {
-        // SAFETY: per the contract above.
+        // SAFETY: `s` is a live handle per the contract above.
         let c = tri!(unsafe { store(s) }.map_err(i64::from));
         c.remove_all(force)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn codes_match_the_store() {
-        let pairs = [
-            (TW_STORE_INTERNAL_ERROR, code::INTERNAL_ERROR),
-            (TW_STORE_BUFFER_OVERFLOW, code::BUFFER_OVERFLOW),
-            (TW_STORE_SEGMENT_NOT_FOUND, code::SEGMENT_NOT_FOUND),
-            (TW_STORE_NO_AVAILABLE_HANDLE, code::NO_AVAILABLE_HANDLE),
-            (TW_STORE_INVALID_PARAMS, code::INVALID_PARAMS),
-            (TW_STORE_REPLICA_IS_NOT_READY, code::REPLICA_IS_NOT_READY),
-            (TW_STORE_OBJECT_NOT_FOUND, code::OBJECT_NOT_FOUND),
-            (TW_STORE_OBJECT_HAS_LEASE, code::OBJECT_HAS_LEASE),
-            (TW_STORE_LEASE_EXPIRED, code::LEASE_EXPIRED),
-            (TW_STORE_TRANSFER_FAIL, code::TRANSFER_FAIL),
-            (TW_STORE_RPC_FAIL, code::RPC_FAIL),
-            (TW_STORE_RPC_TIMEOUT, code::RPC_TIMEOUT),
-        ];
-        for (a, b) in pairs {
-            assert_eq!(a, b);
-        }
-    }
 }

@@ -5,7 +5,6 @@
 //! caller's memory, a lease check, then a one-way ReadDone. Results are per key.
 
 use super::client::{Shared, StoreClient};
-use super::mem::Staged;
 use super::proto::{
     GetResult, KeyVersion, MAX_BATCH, MAX_KEY_LEN, PutItem, ReplicaDesc, Reply, Request,
     StartResult, WriteConfig, code,
@@ -18,31 +17,12 @@ use std::time::{Duration, Instant};
 /// A key and a caller buffer (address and length).
 pub type KeyBuf<'a> = (&'a str, u64, u64);
 
-/// Bytes fetched by the copying API: staged in the local buffer, or on the heap when it is full.
-#[derive(Debug)]
-pub enum Fetched {
-    /// In the local buffer (freed on drop).
-    Staged(Staged),
-    /// On the heap.
-    Heap(Vec<u8>),
-}
-
-impl Fetched {
-    /// The value.
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Fetched::Staged(s) => s.bytes(),
-            Fetched::Heap(v) => v,
-        }
-    }
-}
-
-fn key_ok(k: &str) -> bool {
+pub(crate) fn key_ok(k: &str) -> bool {
     !k.is_empty() && k.len() <= MAX_KEY_LEN
 }
 
 /// How one engine batch ended.
-enum BatchEnd {
+pub(crate) enum BatchEnd {
     /// Per request: completed or not.
     Done(Vec<bool>),
     /// Rejected at submit (nothing moved): the code for every request.
@@ -52,7 +32,7 @@ enum BatchEnd {
 }
 
 impl Shared {
-    fn own_segment(&self, r: &ReplicaDesc) -> bool {
+    pub(crate) fn own_segment(&self, r: &ReplicaDesc) -> bool {
         r.endpoint == self.engine.name()
             && self
                 .segment
@@ -61,13 +41,13 @@ impl Shared {
     }
 
     /// Whether caller memory may be touched: registered with the engine, or at least mapped.
-    fn usable(&self, addr: u64, len: u64) -> bool {
+    pub(crate) fn usable(&self, addr: u64, len: u64) -> bool {
         self.engine.memory_location(addr).is_ok() || super::mem::range_mapped(addr, len)
     }
 
     /// Runs one batch of requests. Local ranges the engine does not know are registered for the
     /// duration of the batch (local-only), as Mooncake tolerates unregistered buffers on TCP.
-    fn run_batch(&self, reqs: &[Xfer], bytes: u64) -> BatchEnd {
+    pub(crate) fn run_batch(&self, reqs: &[Xfer], bytes: u64) -> BatchEnd {
         if reqs.is_empty() {
             return BatchEnd::Done(Vec::new());
         }
@@ -276,7 +256,7 @@ impl Shared {
     }
 
     /// Reads `keys`; `dst(i, size)` gives the destination address for key `i` (or a code).
-    fn get_chunk(
+    pub(crate) fn get_chunk(
         &self,
         keys: &[&str],
         dst: &mut dyn FnMut(usize, u64) -> Result<u64, i32>,
@@ -465,170 +445,6 @@ impl StoreClient {
             out[i] = r;
         }
         out
-    }
-
-    /// Copying put/upsert: each value is staged in the local buffer (heap when full), then
-    /// written as [`put_from`](Self::put_from).
-    pub fn put_values(
-        &self,
-        items: &[(&str, &[&[u8]])],
-        upsert: bool,
-        cfg: &WriteConfig,
-    ) -> Vec<i32> {
-        let staged: Vec<Fetched> = items
-            .iter()
-            .map(|(_, parts)| {
-                let len: usize = parts.iter().map(|p| p.len()).sum();
-                let mut f = self.stage(len as u64);
-                let dst: &mut [u8] = match &mut f {
-                    Fetched::Staged(s) => s.bytes_mut(),
-                    Fetched::Heap(v) => v,
-                };
-                let mut off = 0;
-                for p in *parts {
-                    dst[off..off + p.len()].copy_from_slice(p);
-                    off += p.len();
-                }
-                f
-            })
-            .collect();
-        let bufs: Vec<KeyBuf<'_>> = items
-            .iter()
-            .zip(&staged)
-            .map(|((k, _), f)| {
-                let b = f.bytes();
-                (
-                    *k,
-                    if b.is_empty() { 0 } else { b.as_ptr() as u64 },
-                    b.len() as u64,
-                )
-            })
-            .collect();
-        // SAFETY: every buffer is a staged allocation or heap vector owned by `staged`, alive
-        // and unshared until this call returns.
-        unsafe { self.put_from(&bufs, upsert, cfg) }
-    }
-
-    fn stage(&self, len: u64) -> Fetched {
-        self.shared
-            .local
-            .as_ref()
-            .filter(|_| len > 0)
-            .and_then(|l| l.take(len))
-            .map_or_else(|| Fetched::Heap(vec![0u8; len as usize]), Fetched::Staged)
-    }
-
-    /// Copying get: per key the value (staged in the local buffer, heap when full), or a
-    /// negative code. One Get round trip per chunk.
-    pub fn get_values(&self, keys: &[&str]) -> Vec<Result<Fetched, i32>> {
-        let mut out: Vec<Result<Fetched, i32>> =
-            keys.iter().map(|_| Err(code::INVALID_PARAMS)).collect();
-        let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
-        for chunk in idx.chunks(MAX_BATCH) {
-            let ks: Vec<&str> = chunk.iter().map(|&i| keys[i]).collect();
-            let mut bufs: Vec<Option<Fetched>> = (0..ks.len()).map(|_| None).collect();
-            let mut codes = vec![0i64; ks.len()];
-            let mut dst = |i: usize, size: u64| {
-                let mut f = self.stage(size);
-                let a = match &mut f {
-                    Fetched::Staged(s) => s.addr(),
-                    Fetched::Heap(v) => v.as_mut_ptr() as u64,
-                };
-                bufs[i] = Some(f);
-                Ok(a)
-            };
-            self.shared.get_chunk(&ks, &mut dst, &mut codes);
-            for (j, &i) in chunk.iter().enumerate() {
-                out[i] = match (codes[j], bufs[j].take()) {
-                    (n, Some(f)) if n >= 0 => Ok(f),
-                    (n, _) if n >= 0 => Err(code::INTERNAL_ERROR),
-                    (n, _) => Err(n as i32),
-                };
-            }
-        }
-        out
-    }
-
-    /// Sizes (a lease-free peek is not available: this grants a lease like Mooncake's query).
-    pub fn sizes(&self, keys: &[&str]) -> Vec<Result<u64, i32>> {
-        let mut out: Vec<Result<u64, i32>> = vec![Err(code::INVALID_PARAMS); keys.len()];
-        let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
-        for chunk in idx.chunks(MAX_BATCH) {
-            let req = Request::Get {
-                keys: chunk.iter().map(|&i| keys[i].to_string()).collect(),
-            };
-            match self.shared.conn.call(&req) {
-                Ok(Reply::Replicas { results, .. }) if results.len() == chunk.len() => {
-                    let mut done = Vec::new();
-                    for (g, &i) in results.iter().zip(chunk) {
-                        out[i] = if g.code == code::OK {
-                            done.push(KeyVersion {
-                                key: keys[i].to_string(),
-                                version: g.version,
-                            });
-                            Ok(g.size)
-                        } else {
-                            Err(g.code)
-                        };
-                    }
-                    if !done.is_empty() {
-                        self.shared.conn.notify(&Request::ReadDone { items: done });
-                    }
-                }
-                Ok(_) => chunk.iter().for_each(|&i| out[i] = Err(code::RPC_FAIL)),
-                Err(e) => chunk.iter().for_each(|&i| out[i] = Err(e.code)),
-            }
-        }
-        out
-    }
-
-    fn codes(&self, keys: &[&str], make: impl Fn(Vec<String>) -> Request) -> Vec<i32> {
-        let mut out = vec![code::INVALID_PARAMS; keys.len()];
-        let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
-        for chunk in idx.chunks(MAX_BATCH) {
-            let req = make(chunk.iter().map(|&i| keys[i].to_string()).collect());
-            match self.shared.conn.call(&req) {
-                Ok(Reply::Codes { codes }) if codes.len() == chunk.len() => {
-                    for (c, &i) in codes.into_iter().zip(chunk) {
-                        out[i] = c;
-                    }
-                }
-                Ok(_) => chunk.iter().for_each(|&i| out[i] = code::RPC_FAIL),
-                Err(e) => chunk.iter().for_each(|&i| out[i] = e.code),
-            }
-        }
-        out
-    }
-
-    /// Per key: 1 present, 0 absent, negative on error. Grants a lease (as Mooncake).
-    pub fn exist(&self, keys: &[&str]) -> Vec<i32> {
-        self.codes(keys, |keys| Request::Exist { keys })
-    }
-
-    /// Per key: 0, `OBJECT_NOT_FOUND`, `OBJECT_HAS_LEASE` (unless `force`), ...
-    pub fn remove(&self, keys: &[&str], force: bool) -> Vec<i32> {
-        self.codes(keys, |keys| Request::Remove { keys, force })
-    }
-
-    fn count(&self, req: Request) -> i64 {
-        match self.shared.conn.call(&req) {
-            Ok(Reply::Count { count }) => count,
-            Ok(_) => code::RPC_FAIL as i64,
-            Err(e) => e.code as i64,
-        }
-    }
-
-    /// Removes keys matching `pattern`; the count, or a negative code.
-    pub fn remove_by_regex(&self, pattern: &str, force: bool) -> i64 {
-        self.count(Request::RemoveByRegex {
-            pattern: pattern.to_string(),
-            force,
-        })
-    }
-
-    /// Removes every key; the count, or a negative code.
-    pub fn remove_all(&self, force: bool) -> i64 {
-        self.count(Request::RemoveAll { force })
     }
 
     /// Ranged reads: for each `(key, dst_addr, src_offset, len)` fragment, reads

@@ -3,9 +3,11 @@
 //! `tidewire-master`, `client` the library side (setup, mount, heartbeat) and `flows` its
 //! put/get/remove paths.
 
+pub mod admin;
 pub mod alloc;
 pub mod client;
 pub mod conn;
+pub mod copying;
 pub mod flows;
 pub mod master;
 pub mod mem;

@@ -150,15 +150,10 @@ impl Master {
                 let results: Vec<StartResult> = items
                     .iter()
                     .map(|it| {
-                        self.objs.start(
-                            &it.key,
-                            it.size,
-                            upsert,
-                            &config,
-                            &self.cfg,
-                            &self.segs,
-                            || self.allocate(it.size, &config),
-                        )
+                        self.objs
+                            .start(it, upsert, &config, &self.cfg, &self.segs, || {
+                                self.allocate(it.size, &config)
+                            })
                     })
                     .collect();
                 Reply::Started { results }

@@ -3,7 +3,7 @@
 
 use super::MasterConfig;
 use super::segments::{Replica, Segments};
-use crate::store::proto::{GetResult, KeyVersion, StartResult, WriteConfig, code};
+use crate::store::proto::{GetResult, KeyVersion, PutItem, StartResult, WriteConfig, code};
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -188,14 +188,14 @@ impl Objects {
     /// no shard lock held.
     pub fn start(
         &self,
-        key: &str,
-        size: u64,
+        item: &PutItem,
         upsert: bool,
         wcfg: &WriteConfig,
         cfg: &MasterConfig,
         segs: &Segments,
         allocate: impl FnOnce() -> Result<Vec<Replica>, i32>,
     ) -> StartResult {
+        let (key, size) = (item.key.as_str(), item.size);
         let fail = |code| StartResult {
             code,
             version: 0,
