@@ -40,6 +40,19 @@ impl Shared {
                 .is_some_and(|s| s.contains(r.addr, r.len))
     }
 
+    /// Resolves segment names to engine ids, each distinct name once per call.
+    pub(crate) fn resolver(&self) -> impl FnMut(&str) -> Option<crate::engine::SegmentId> + '_ {
+        let mut cache: Vec<(String, Option<crate::engine::SegmentId>)> = Vec::new();
+        move |name: &str| {
+            if let Some((_, id)) = cache.iter().find(|(n, _)| n == name) {
+                return *id;
+            }
+            let id = self.engine.open_segment(name).ok();
+            cache.push((name.to_string(), id));
+            id
+        }
+    }
+
     /// Whether caller memory may be touched: registered with the engine, or at least mapped.
     pub(crate) fn usable(&self, addr: u64, len: u64) -> bool {
         self.engine.memory_location(addr).is_ok() || super::mem::range_mapped(addr, len)
@@ -130,6 +143,7 @@ impl Shared {
             Err(e) => return out.fill(e.code),
         };
         // Plan: memcpy to our own segment now; engine WRITEs for the rest.
+        let mut open = self.resolver();
         let mut reqs: Vec<Xfer> = Vec::new();
         let mut owner: Vec<usize> = Vec::new();
         let mut failed = vec![false; items.len()];
@@ -159,8 +173,8 @@ impl Shared {
                         )
                     };
                 } else {
-                    match self.engine.open_segment(&r.endpoint) {
-                        Ok(seg) => {
+                    match open(&r.endpoint) {
+                        Some(seg) => {
                             reqs.push(Xfer {
                                 op: Opcode::Write,
                                 local: src,
@@ -171,7 +185,7 @@ impl Shared {
                             owner.push(i);
                             bytes += len;
                         }
-                        Err(_) => failed[i] = true,
+                        None => failed[i] = true,
                     }
                 }
             }
@@ -276,6 +290,7 @@ impl Shared {
         let mut reqs: Vec<Xfer> = Vec::new();
         let mut owner: Vec<usize> = Vec::new();
         let mut bytes = 0;
+        let mut open = self.resolver();
         for (i, g) in found.iter().enumerate() {
             if g.code != code::OK {
                 out[i] = g.code as i64;
@@ -314,8 +329,8 @@ impl Shared {
                     )
                 };
             } else {
-                match self.engine.open_segment(&r.endpoint) {
-                    Ok(seg) => {
+                match open(&r.endpoint) {
+                    Some(seg) => {
                         reqs.push(Xfer {
                             op: Opcode::Read,
                             local: dst,
@@ -326,7 +341,7 @@ impl Shared {
                         owner.push(i);
                         bytes += g.size;
                     }
-                    Err(_) => out[i] = code::TRANSFER_FAIL as i64,
+                    None => out[i] = code::TRANSFER_FAIL as i64,
                 }
             }
         }
@@ -473,6 +488,7 @@ impl StoreClient {
         let mut reqs = Vec::new();
         let mut owner = Vec::new();
         let mut bytes = 0;
+        let mut open = sh.resolver();
         for (i, &(k, dst, src_off, len)) in frags.iter().enumerate() {
             let Ok(ki) = keys.binary_search(&k) else {
                 continue;
@@ -509,7 +525,7 @@ impl StoreClient {
                         len as usize,
                     )
                 };
-            } else if let Ok(seg) = sh.engine.open_segment(&r.endpoint) {
+            } else if let Some(seg) = open(&r.endpoint) {
                 reqs.push(Xfer {
                     op: Opcode::Read,
                     local: dst,
