@@ -26,46 +26,49 @@ impl Fetched {
 }
 
 impl StoreClient {
-    /// Copying put/upsert: each value is staged in the local buffer (heap when full), then
-    /// written as [`put_from`](Self::put_from).
+    /// Copying put/upsert. A value bound for this process's own segment is copied straight
+    /// from `items`; one bound for another process is first staged in the local buffer (heap
+    /// when full), which the engine can send from. Results as [`put_from`](Self::put_from).
     pub fn put_values(
         &self,
         items: &[(&str, &[&[u8]])],
         upsert: bool,
         cfg: &WriteConfig,
     ) -> Vec<i32> {
-        let staged: Vec<Fetched> = items
+        let lens: Vec<u64> = items
             .iter()
-            .map(|(_, parts)| {
-                let len: usize = parts.iter().map(|p| p.len()).sum();
-                let mut f = self.stage(len as u64);
+            .map(|(_, parts)| parts.iter().map(|p| p.len() as u64).sum())
+            .collect();
+        let keys: Vec<KeyBuf<'_>> = items
+            .iter()
+            .zip(&lens)
+            .map(|((k, _), l)| (*k, 0, *l))
+            .collect();
+        let mut staged: Vec<Option<Fetched>> = (0..items.len()).map(|_| None).collect();
+        let mut src = |i: usize, remote: bool| -> Result<u64, i32> {
+            let parts = items[i].1;
+            if !remote && parts.len() == 1 {
+                return Ok(parts[0].as_ptr() as u64);
+            }
+            if staged[i].is_none() {
+                let mut f = self.stage(lens[i]);
                 let dst: &mut [u8] = match &mut f {
                     Fetched::Staged(s) => s.bytes_mut(),
                     Fetched::Heap(v) => v,
                 };
                 let mut off = 0;
-                for p in *parts {
+                for p in parts {
                     dst[off..off + p.len()].copy_from_slice(p);
                     off += p.len();
                 }
-                f
-            })
-            .collect();
-        let bufs: Vec<KeyBuf<'_>> = items
-            .iter()
-            .zip(&staged)
-            .map(|((k, _), f)| {
-                let b = f.bytes();
-                (
-                    *k,
-                    if b.is_empty() { 0 } else { b.as_ptr() as u64 },
-                    b.len() as u64,
-                )
-            })
-            .collect();
-        // SAFETY: every buffer is a staged allocation or heap vector owned by `staged`, alive
-        // and unshared until this call returns.
-        unsafe { self.put_from(&bufs, upsert, cfg) }
+                staged[i] = Some(f);
+            }
+            Ok(staged[i].as_ref().map_or(0, |f| f.bytes().as_ptr() as u64))
+        };
+        let skip = vec![false; items.len()];
+        // SAFETY: every address `src` returns is a caller slice (alive for this call) or a
+        // staged buffer owned by `staged`, which outlives the call.
+        unsafe { self.put_with(&keys, upsert, cfg, &mut src, &skip) }
     }
 
     fn stage(&self, len: u64) -> Fetched {

@@ -5,6 +5,7 @@
 //! caller's memory, a lease check, then a one-way ReadDone. Results are per key.
 
 use super::client::{Shared, StoreClient};
+use super::mem::{Copy, copy_all};
 use super::proto::{
     GetResult, KeyVersion, MAX_BATCH, MAX_KEY_LEN, PutItem, ReplicaDesc, Reply, Request,
     StartResult, WriteConfig, code,
@@ -13,6 +14,9 @@ use crate::engine::{Request as Xfer, TaskState};
 use crate::error::ErrorKind;
 use crate::transport::Opcode;
 use std::time::{Duration, Instant};
+
+/// Source of key `i`'s bytes for one replica (`true`: an engine WRITE will read it).
+pub(crate) type SrcFn<'a> = dyn FnMut(usize, bool) -> Result<u64, i32> + 'a;
 
 /// A key and a caller buffer (address and length).
 pub type KeyBuf<'a> = (&'a str, u64, u64);
@@ -120,7 +124,17 @@ impl Shared {
         end
     }
 
-    fn put_chunk(&self, items: &[KeyBuf<'_>], upsert: bool, cfg: &WriteConfig, out: &mut [i32]) {
+    /// One master-sized chunk of writes. `src(i, remote)` gives key `i`'s source address: for a
+    /// copy into our own segment (`remote == false`) any readable memory, for an engine WRITE
+    /// memory the engine may use (the copying API stages only then).
+    fn put_chunk(
+        &self,
+        items: &[KeyBuf<'_>],
+        src: &mut SrcFn<'_>,
+        upsert: bool,
+        cfg: &WriteConfig,
+        out: &mut [i32],
+    ) {
         let mut wcfg = cfg.clone();
         if self.segment.is_some() {
             wcfg.local_segment = self.engine.name().to_string();
@@ -148,36 +162,43 @@ impl Shared {
         let mut owner: Vec<usize> = Vec::new();
         let mut failed = vec![false; items.len()];
         let mut bytes = 0;
-        for (i, (st, &(_, src, len))) in starts.iter().zip(items).enumerate() {
+        let mut copies: Vec<Copy> = Vec::new();
+        for (i, (st, &(_, _, len))) in starts.iter().zip(items).enumerate() {
             if st.code != code::OK {
                 out[i] = st.code;
                 continue;
             }
-            if !self.usable(src, len) {
-                out[i] = code::INVALID_PARAMS;
-                failed[i] = true;
-                continue;
-            }
             for r in &st.replicas {
+                let remote = !self.own_segment(r);
+                let from = match src(i, remote) {
+                    Ok(a) if self.usable(a, len) => a,
+                    Ok(_) => 0,
+                    Err(c) => {
+                        out[i] = c;
+                        0
+                    }
+                };
+                if from == 0 {
+                    if out[i] == code::OK {
+                        out[i] = code::INVALID_PARAMS;
+                    }
+                    failed[i] = true;
+                    break;
+                }
                 if r.len != len {
                     failed[i] = true;
-                } else if self.own_segment(r) {
-                    // SAFETY: the caller guarantees `[src, src+len)` is readable (see the
-                    // `unsafe fn` contracts); the destination lies inside our own live segment
-                    // (checked by `own_segment`) and was allocated to this write by the master.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            src as *const u8,
-                            r.addr as *mut u8,
-                            len as usize,
-                        )
-                    };
+                } else if !remote {
+                    copies.push(Copy {
+                        src: from,
+                        dst: r.addr,
+                        len,
+                    });
                 } else {
                     match open(&r.endpoint) {
                         Some(seg) => {
                             reqs.push(Xfer {
                                 op: Opcode::Write,
-                                local: src,
+                                local: from,
                                 segment: seg,
                                 remote: r.addr,
                                 len,
@@ -190,6 +211,10 @@ impl Shared {
                 }
             }
         }
+        // SAFETY: sources are caller memory readable for `len` (the `unsafe fn` contracts and
+        // `SrcFn`'s), destinations lie in our own live segment in buffers the master allocated
+        // to these writes (checked by `own_segment`); the ranges do not overlap.
+        unsafe { copy_all(&copies) };
         match self.run_batch(&reqs, bytes) {
             BatchEnd::Done(ok) => {
                 for (j, done) in ok.into_iter().enumerate() {
@@ -291,6 +316,7 @@ impl Shared {
         let mut owner: Vec<usize> = Vec::new();
         let mut bytes = 0;
         let mut open = self.resolver();
+        let mut copies: Vec<Copy> = Vec::new();
         for (i, g) in found.iter().enumerate() {
             if g.code != code::OK {
                 out[i] = g.code as i64;
@@ -318,16 +344,11 @@ impl Shared {
             };
             out[i] = g.size as i64;
             if self.own_segment(r) {
-                // SAFETY: the source lies in our own live segment (checked) and holds a complete
-                // version we hold a read on; `dst` gave a destination of at least `g.size`
-                // writable bytes (the callers' contracts).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        r.addr as *const u8,
-                        dst as *mut u8,
-                        g.size as usize,
-                    )
-                };
+                copies.push(Copy {
+                    src: r.addr,
+                    dst,
+                    len: g.size,
+                });
             } else {
                 match open(&r.endpoint) {
                     Some(seg) => {
@@ -345,6 +366,9 @@ impl Shared {
                 }
             }
         }
+        // SAFETY: sources lie in our own live segment, in complete versions we hold a read on;
+        // destinations are caller memory of at least `len` writable bytes (`dst`'s contract).
+        unsafe { copy_all(&copies) };
         match self.run_batch(&reqs, bytes) {
             BatchEnd::Done(ok) => {
                 for (j, done) in ok.into_iter().enumerate() {
@@ -401,11 +425,39 @@ impl StoreClient {
         upsert: bool,
         cfg: &WriteConfig,
     ) -> Vec<i32> {
+        let bad: Vec<bool> = items.iter().map(|it| it.1 == 0).collect();
+        let mut src = |i: usize, _remote: bool| Ok(items[i].1);
+        // SAFETY: forwarded contract: each source is readable and unchanged during the call.
+        let mut out = unsafe { self.put_with(items, upsert, cfg, &mut src, &bad) };
+        for (o, b) in out.iter_mut().zip(bad) {
+            if b {
+                *o = code::INVALID_PARAMS;
+            }
+        }
+        out
+    }
+
+    /// Writes `items` (`(key, _, len)`), taking each source from `src(index, remote)`; keys
+    /// with `skip[i]` are not written (their result is left 0 for the caller to set).
+    ///
+    /// # Safety
+    /// Every address `src` returns is readable for the key's `len` bytes during the call.
+    pub(crate) unsafe fn put_with(
+        &self,
+        items: &[KeyBuf<'_>],
+        upsert: bool,
+        cfg: &WriteConfig,
+        src: &mut SrcFn<'_>,
+        skip: &[bool],
+    ) -> Vec<i32> {
         let mut out = vec![code::OK; items.len()];
         let mut valid = Vec::with_capacity(items.len());
         let mut idx = Vec::with_capacity(items.len());
         for (i, it) in items.iter().enumerate() {
-            if !key_ok(it.0) || it.1 == 0 || it.2 == 0 {
+            if skip[i] {
+                continue;
+            }
+            if !key_ok(it.0) || it.2 == 0 {
                 out[i] = code::INVALID_PARAMS;
             } else {
                 valid.push(*it);
@@ -413,8 +465,12 @@ impl StoreClient {
             }
         }
         let mut sub = vec![code::OK; valid.len()];
+        let mut base = 0;
         chunked(&valid, &mut sub, |c, o| {
-            self.shared.put_chunk(c, upsert, cfg, o)
+            let map = &idx[base..base + c.len()];
+            let mut local = |i: usize, remote: bool| src(map[i], remote);
+            self.shared.put_chunk(c, &mut local, upsert, cfg, o);
+            base += c.len();
         });
         for (r, i) in sub.into_iter().zip(idx) {
             out[i] = if r == code::OBJECT_ALREADY_EXISTS && !upsert {

@@ -157,6 +157,75 @@ impl Drop for Staged {
     }
 }
 
+/// One memory copy.
+#[derive(Debug, Clone, Copy)]
+pub struct Copy {
+    /// Source address.
+    pub src: u64,
+    /// Destination address.
+    pub dst: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// Below this many bytes in total, copies run on the calling thread.
+const PARALLEL_MIN: u64 = 8 << 20;
+/// Pieces handed to copy threads are at most this large (keeps them balanced).
+const PIECE: u64 = 2 << 20;
+
+/// Performs every copy; large totals are split over a few scoped threads (memory bandwidth of
+/// one core is the limit of a single-process store otherwise).
+///
+/// # Safety
+/// Each source is readable and each destination writable for `len` bytes for the duration of
+/// the call, and no destination overlaps another copy's source or destination.
+pub unsafe fn copy_all(copies: &[Copy]) {
+    let total: u64 = copies.iter().map(|c| c.len).sum();
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(4);
+    if total < PARALLEL_MIN || threads < 2 {
+        for c in copies {
+            // SAFETY: per this function's contract.
+            unsafe {
+                std::ptr::copy_nonoverlapping(c.src as *const u8, c.dst as *mut u8, c.len as usize)
+            };
+        }
+        return;
+    }
+    let mut pieces: Vec<Copy> = Vec::new();
+    for c in copies {
+        let mut off = 0;
+        while off < c.len {
+            let n = (c.len - off).min(PIECE);
+            pieces.push(Copy {
+                src: c.src + off,
+                dst: c.dst + off,
+                len: n,
+            });
+            off += n;
+        }
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(c) = pieces.get(i) else { break };
+            // SAFETY: a piece of a copy allowed by this function's contract; pieces are disjoint.
+            unsafe {
+                std::ptr::copy_nonoverlapping(c.src as *const u8, c.dst as *mut u8, c.len as usize)
+            };
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(work);
+        }
+        work();
+    });
+}
+
 /// Whether every page of `[addr, addr+len)` is mapped in this process (`mincore` fails with
 /// `ENOMEM` on a hole). Used before touching caller memory the engine does not know, so a bad
 /// address is an `INVALID_PARAMS` result instead of a crash. It cannot see protections: mapped
