@@ -271,3 +271,75 @@ fn http_metadata_mode_and_metrics() {
     assert!(text.contains("tidewire_master_segments 1"), "{text}");
     assert!(text.contains("op=\"upsert_start\""), "{text}");
 }
+
+#[test]
+fn master_rejects_malformed_frames_and_keeps_serving() {
+    use std::io::{Read, Write};
+    use tidewire::store::proto::{self, Reply, Request};
+    let m = MasterProc::start(&[], 0);
+    let read_reply = |s: &mut std::net::TcpStream| -> Option<Reply> {
+        let (_, body) = proto::read_frame(s).ok()?;
+        proto::decode::<Reply>(&body).ok()
+    };
+    let connect = || {
+        let s = std::net::TcpStream::connect(("127.0.0.1", m.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    };
+    // Bad magic: an error reply, then the connection closes.
+    let mut s = connect();
+    s.write_all(b"XXXX\x01\x00\x00\x00\x02\x00\x00\x00{}")
+        .unwrap();
+    assert!(matches!(
+        read_reply(&mut s),
+        Some(Reply::Error {
+            code: code::INVALID_PARAMS,
+            ..
+        })
+    ));
+    let mut rest = Vec::new();
+    assert_eq!(s.read_to_end(&mut rest).unwrap_or(0), 0);
+    // A future protocol version is refused with a message naming the version.
+    let mut s = connect();
+    s.write_all(b"TWMS\x09\x00\x00\x00\x02\x00\x00\x00{}")
+        .unwrap();
+    match read_reply(&mut s) {
+        Some(Reply::Error { message, .. }) => assert!(message.contains("version 9"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    // An oversized length is refused before any allocation.
+    let mut s = connect();
+    s.write_all(b"TWMS\x01\x00\x00\x00\xff\xff\xff\xff")
+        .unwrap();
+    assert!(matches!(read_reply(&mut s), Some(Reply::Error { .. })));
+    // Junk JSON and an out-of-bounds request get errors; the same connection keeps working.
+    let mut s = connect();
+    proto::write_frame(&mut s, 0, b"{not json").unwrap();
+    assert!(matches!(
+        read_reply(&mut s),
+        Some(Reply::Error {
+            code: code::INVALID_PARAMS,
+            ..
+        })
+    ));
+    let too_many = Request::Exist {
+        keys: vec!["k".into(); proto::MAX_BATCH + 1],
+    };
+    proto::write_frame(&mut s, 0, &proto::encode(&too_many)).unwrap();
+    assert!(matches!(
+        read_reply(&mut s),
+        Some(Reply::Error {
+            code: code::INVALID_PARAMS,
+            ..
+        })
+    ));
+    proto::write_frame(&mut s, 0, &proto::encode(&Request::Ping { client_id: 7 })).unwrap();
+    assert_eq!(read_reply(&mut s), Some(Reply::Pong { remount: true }));
+    // A truncated frame followed by a close does not disturb other clients.
+    let mut t = connect();
+    t.write_all(b"TWMS\x01\x00\x00\x00\x10\x00\x00\x00{")
+        .unwrap();
+    drop(t);
+    proto::write_frame(&mut s, 0, &proto::encode(&Request::Ping { client_id: 7 })).unwrap();
+    assert_eq!(read_reply(&mut s), Some(Reply::Pong { remount: true }));
+}

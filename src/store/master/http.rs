@@ -17,8 +17,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 const MAX_HEAD: usize = 16 << 10;
-const MAX_BODY: usize = 64 << 20;
-const MAX_CONNECTIONS: usize = 256;
+const MAX_BODY: usize = 16 << 20;
+const MAX_CONNECTIONS: usize = 128;
+/// Most bytes the metadata store keeps (keys and values together).
+const MAX_STORED: usize = 1 << 30;
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A parsed request.
@@ -243,6 +245,7 @@ fn read_request(s: &mut TcpStream) -> Result<HttpRequest, (u16, String)> {
 #[derive(Default)]
 pub struct MetadataStore {
     map: Mutex<HashMap<String, Vec<u8>>>,
+    bytes: std::sync::atomic::AtomicUsize,
 }
 
 impl MetadataStore {
@@ -266,11 +269,21 @@ impl MetadataStore {
                 None => (404, "application/json", b"metadata not found".to_vec()),
             },
             "PUT" => {
+                let held = self.bytes.load(Ordering::Relaxed);
+                let old = m.get(key).map_or(0, |v| key.len() + v.len());
+                let new = key.len() + r.body.len();
+                if held - old + new > MAX_STORED {
+                    return (413, "text/plain", b"metadata store is full".to_vec());
+                }
                 m.insert(key.to_string(), r.body.clone());
+                self.bytes.store(held - old + new, Ordering::Relaxed);
                 (200, "application/json", b"metadata updated".to_vec())
             }
             "DELETE" => match m.remove(key) {
-                Some(_) => (200, "application/json", b"metadata deleted".to_vec()),
+                Some(v) => {
+                    self.bytes.fetch_sub(key.len() + v.len(), Ordering::Relaxed);
+                    (200, "application/json", b"metadata deleted".to_vec())
+                }
                 None => (404, "application/json", b"metadata not found".to_vec()),
             },
             _ => (405, "text/plain", b"method not allowed".to_vec()),

@@ -6,6 +6,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+/// Most segments mounted at once (a bound on what clients can make the master hold).
+pub const MAX_SEGMENTS: usize = 16384;
+
 /// How segments are chosen for new replicas (`--allocation_strategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
@@ -98,6 +101,9 @@ impl Segments {
                 return Ok(s.id);
             }
             return Err(code::SEGMENT_ALREADY_EXISTS);
+        }
+        if t.by_id.len() >= MAX_SEGMENTS {
+            return Err(code::NO_AVAILABLE_HANDLE);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let name: Arc<str> = name.into();
