@@ -264,3 +264,43 @@ fn stale_writes_are_discarded() {
     assert_eq!(get(&m, "crashed").code, code::OBJECT_NOT_FOUND);
     assert_eq!(end(&m, "crashed", s.version), code::OBJECT_NOT_FOUND);
 }
+
+#[test]
+fn soft_pins_and_replicas() {
+    let cfg = MasterConfig {
+        allow_evict_soft_pinned: false,
+        ..MasterConfig::default()
+    };
+    let m = master(cfg);
+    let two = WriteConfig {
+        replica_num: 2,
+        ..WriteConfig::default()
+    };
+    let s = start(&m, "r", 1000, true, two);
+    assert_eq!(s.replicas.len(), 2);
+    assert_ne!(s.replicas[0].endpoint, s.replicas[1].endpoint);
+    assert_eq!(end(&m, "r", s.version), 0);
+    assert_eq!(get(&m, "r").replicas.len(), 2);
+    // Soft-pinned objects are not evicted when the flag forbids it; unpinned ones are.
+    let soft = WriteConfig {
+        soft_pin: true,
+        ..WriteConfig::default()
+    };
+    let mut n = 0;
+    loop {
+        let st = start(&m, &format!("s{n}"), 256 << 10, true, soft.clone());
+        if st.code != 0 {
+            assert_eq!(st.code, code::NO_AVAILABLE_HANDLE);
+            break;
+        }
+        assert_eq!(end(&m, &format!("s{n}"), st.version), 0);
+        n += 1;
+        assert!(n < 20);
+    }
+    assert!(n >= 6, "{n}");
+    // Nothing was evictable: "r" holds a read lease (10 s), the rest are soft-pinned.
+    assert_eq!(get(&m, "r").code, 0);
+    for i in 0..n {
+        assert_eq!(get(&m, &format!("s{i}")).code, 0);
+    }
+}

@@ -44,6 +44,10 @@ def test_every_method(cluster):
     # Copying API.
     assert s.put("a", b"hello", cfg) == 0
     assert s.put("a", b"other", cfg) == 0, "duplicate put is a success"
+    two = ReplicateConfig()
+    two.replica_num = 2
+    assert s.put("two", b"replicas", two) == 0, "one segment: 2 replicas is best effort"
+    assert s.get("two") == b"replicas"
     assert s.get("a") == b"hello", "and keeps the old value"
     assert s.upsert("a", b"HELLO") == 0 and s.get("a") == b"HELLO"
     assert s.upsert("a", b"longer value") == 0 and s.get("a") == b"longer value"
@@ -249,6 +253,22 @@ def test_bad_inputs(cluster):
     assert s.put_from("k", 1 << 20, -1) == -600, "negative size"
     assert s.put_from("k", "x", 1) == -600, "not an address"
     assert s.batch_put_from(["a", "b"], [1], [1, 2]) == [-600, -600], "length mismatch"
+    assert s.put_from("k", True, 1) == -600, "a bool is not an address"
+
+    class Index:  # numpy-style integer: accepted through __index__
+        def __init__(self, v):
+            self.v = v
+
+        def __index__(self):
+            return self.v
+
+    src = MBuf(4096)
+    try:
+        src.put(0, b"idx")
+        assert s.put_from("idx", Index(src.addr), Index(3)) == 0
+        assert s.get("idx") == b"idx"
+    finally:
+        src.close()
     assert s.upsert("k", b"abc") == 0
     assert s.get_into("k", 0, 10) == -600
     assert s.get_into("k", 8, 10) == -600, "unmapped destination"

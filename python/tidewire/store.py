@@ -25,6 +25,7 @@ Every call into the library releases the GIL (ctypes), so threads overlap their 
 """
 
 import ctypes
+import operator
 import threading
 from ctypes import byref, c_char_p, c_int32, c_int64, c_uint64, c_void_p
 
@@ -129,12 +130,28 @@ def _address(value):
     return ctypes.addressof(arr), n, (mv, arr)
 
 
+def _ints(values, limit):
+    """Integers (anything with ``__index__``, e.g. numpy scalars) in ``[0, limit)``, or None."""
+    out = []
+    for v in values:
+        if isinstance(v, bool):
+            return None
+        try:
+            i = operator.index(v)
+        except TypeError:
+            return None
+        if not 0 <= i < limit:
+            return None
+        out.append(i)
+    return out
+
+
 def _sizes_ok(sizes):
-    return all(isinstance(s, int) and 0 <= s < (1 << 63) for s in sizes)
+    return _ints(sizes, 1 << 63) is not None
 
 
 def _ptrs_ok(ptrs):
-    return all(isinstance(p, int) and 0 <= p < (1 << 64) for p in ptrs)
+    return _ints(ptrs, 1 << 64) is not None
 
 
 class MooncakeDistributedStore:
@@ -234,7 +251,9 @@ class MooncakeDistributedStore:
             return INTERNAL_ERROR
         if not _ptrs_ok([buffer_ptr]) or not _sizes_ok([size]) or not buffer_ptr or not size:
             return INVALID_PARAMS
-        return _ffi.lib().tw_store_register_buffer(self._h, buffer_ptr, size)
+        return _ffi.lib().tw_store_register_buffer(
+            self._h, operator.index(buffer_ptr), operator.index(size)
+        )
 
     def unregister_buffer(self, buffer_ptr):
         """Drops a registration. 0 or a negative code."""
@@ -242,7 +261,7 @@ class MooncakeDistributedStore:
             return INTERNAL_ERROR
         if not _ptrs_ok([buffer_ptr]):
             return INVALID_PARAMS
-        return _ffi.lib().tw_store_unregister_buffer(self._h, buffer_ptr)
+        return _ffi.lib().tw_store_unregister_buffer(self._h, operator.index(buffer_ptr))
 
     # ---------------------------------------------------------------- writes
     def _put(self, keys, ptrs, sizes, upsert, copy, config):
@@ -253,6 +272,7 @@ class MooncakeDistributedStore:
             return [INVALID_PARAMS] * n
         if n == 0:
             return []
+        ptrs, sizes = _ints(ptrs, 1 << 64), _ints(sizes, 1 << 63)
         karr, _keep = _keys(keys)
         res = (c_int32 * n)()
         cfg = (config or ReplicateConfig())._c()
@@ -325,6 +345,7 @@ class MooncakeDistributedStore:
             return [INVALID_PARAMS] * n
         if n == 0:
             return []
+        ptrs, sizes = _ints(ptrs, 1 << 64), _ints(sizes, 1 << 63)
         karr, _keep = _keys(keys)
         res = (c_int64 * n)()
         rc = _ffi.lib().tw_store_get_into(
