@@ -45,30 +45,39 @@ fn run(f: flags::Flags) -> Result<(), String> {
     } else {
         None
     };
+    // Metrics are optional: a taken port (another master's default 9003) is a warning, not an
+    // outage.
     let _metrics = if f.enable_metric_reporting {
         let host = f
             .metrics_host
             .clone()
             .unwrap_or_else(|| f.rpc_address.clone());
-        let l = bind(&host, f.metrics_port, "metrics")?;
-        let m = master.clone();
-        let s = HttpServer::start(
-            l,
-            Arc::new(move |r| {
-                if r.path == "/metrics" && r.method == "GET" {
-                    (
-                        200,
-                        "text/plain; version=0.0.4",
-                        m.metrics_text().into_bytes(),
-                    )
-                } else {
-                    (404, "text/plain", b"not found".to_vec())
-                }
-            }),
-        )
-        .map_err(|e| e.to_string())?;
-        ready["metrics_port"] = s.local_addr().port().into();
-        Some(s)
+        match bind(&host, f.metrics_port, "metrics") {
+            Ok(l) => {
+                let m = master.clone();
+                let s = HttpServer::start(
+                    l,
+                    Arc::new(move |r| {
+                        if r.path == "/metrics" && r.method == "GET" {
+                            (
+                                200,
+                                "text/plain; version=0.0.4",
+                                m.metrics_text().into_bytes(),
+                            )
+                        } else {
+                            (404, "text/plain", b"not found".to_vec())
+                        }
+                    }),
+                )
+                .map_err(|e| e.to_string())?;
+                ready["metrics_port"] = s.local_addr().port().into();
+                Some(s)
+            }
+            Err(e) => {
+                eprintln!("tidewire-master: metrics disabled: {e}");
+                None
+            }
+        }
     } else {
         None
     };
