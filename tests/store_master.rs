@@ -260,7 +260,7 @@ fn stale_writes_are_discarded() {
     let m = master(cfg);
     let s = start(&m, "crashed", 100, true, WriteConfig::default());
     std::thread::sleep(Duration::from_millis(80));
-    m.tick();
+    m.sweep();
     assert_eq!(get(&m, "crashed").code, code::OBJECT_NOT_FOUND);
     assert_eq!(end(&m, "crashed", s.version), code::OBJECT_NOT_FOUND);
 }

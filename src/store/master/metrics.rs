@@ -1,16 +1,31 @@
-//! Master counters and their Prometheus text form.
+//! Master counters and their Prometheus text form. Lock-free: one pair of atomics per operation.
 
-use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+/// Every operation name [`crate::store::proto::Request::name`] returns.
+pub const OPS: [&str; 13] = [
+    "mount",
+    "unmount",
+    "ping",
+    "put_start",
+    "upsert_start",
+    "put_end",
+    "put_revoke",
+    "get",
+    "read_done",
+    "exist",
+    "remove",
+    "remove_by_regex",
+    "remove_all",
+];
 
 /// Request counts and latency sums per operation, plus eviction passes.
 #[derive(Default)]
 pub struct Metrics {
-    /// op -> (count, total microseconds).
-    ops: Mutex<BTreeMap<&'static str, (u64, u64)>>,
+    count: [AtomicU64; OPS.len()],
+    micros: [AtomicU64; OPS.len()],
     /// Eviction passes that freed something.
     pub evictions: AtomicU64,
 }
@@ -18,10 +33,10 @@ pub struct Metrics {
 impl Metrics {
     /// Records one handled request.
     pub fn record(&self, op: &'static str, took: Duration) {
-        let mut m = self.ops.lock().unwrap_or_else(|e| e.into_inner());
-        let e = m.entry(op).or_default();
-        e.0 += 1;
-        e.1 += took.as_micros() as u64;
+        if let Some(i) = OPS.iter().position(|o| *o == op) {
+            self.count[i].fetch_add(1, Ordering::Relaxed);
+            self.micros[i].fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        }
     }
 
     /// Renders every metric.
@@ -72,24 +87,29 @@ impl Metrics {
             "# HELP tidewire_master_evictions_total Eviction passes\n# TYPE tidewire_master_evictions_total counter\ntidewire_master_evictions_total {}",
             self.evictions.load(Ordering::Relaxed)
         );
-        let ops = self.ops.lock().unwrap_or_else(|e| e.into_inner());
         let _ = writeln!(
             s,
             "# HELP tidewire_master_requests_total Requests handled\n# TYPE tidewire_master_requests_total counter"
         );
-        for (op, (n, _)) in ops.iter() {
-            let _ = writeln!(s, "tidewire_master_requests_total{{op=\"{op}\"}} {n}");
+        for (i, op) in OPS.iter().enumerate() {
+            let n = self.count[i].load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = writeln!(s, "tidewire_master_requests_total{{op=\"{op}\"}} {n}");
+            }
         }
         let _ = writeln!(
             s,
             "# HELP tidewire_master_request_seconds_total Time spent handling requests\n# TYPE tidewire_master_request_seconds_total counter"
         );
-        for (op, (_, us)) in ops.iter() {
-            let _ = writeln!(
-                s,
-                "tidewire_master_request_seconds_total{{op=\"{op}\"}} {:.6}",
-                *us as f64 / 1e6
-            );
+        for (i, op) in OPS.iter().enumerate() {
+            if self.count[i].load(Ordering::Relaxed) > 0 {
+                let us = self.micros[i].load(Ordering::Relaxed);
+                let _ = writeln!(
+                    s,
+                    "tidewire_master_request_seconds_total{{op=\"{op}\"}} {:.6}",
+                    us as f64 / 1e6
+                );
+            }
         }
         s
     }

@@ -14,6 +14,7 @@ use objects::Objects;
 use segments::{Segments, Strategy};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Master behaviour (mooncake_master's flags, same defaults).
@@ -64,6 +65,9 @@ pub struct Master {
     clients: Mutex<HashMap<u64, Instant>>,
     /// Prometheus counters.
     pub metrics: Metrics,
+    ticks: AtomicU64,
+    /// Allocated bytes when the last watermark eviction freed nothing (skip until it changes).
+    stuck_at: AtomicU64,
 }
 
 impl Master {
@@ -75,6 +79,8 @@ impl Master {
             objs: Objects::default(),
             clients: Mutex::default(),
             metrics: Metrics::default(),
+            ticks: AtomicU64::new(0),
+            stuck_at: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -247,8 +253,35 @@ impl Master {
     }
 
     /// Background work, run every ~100 ms by the server: expires silent clients (unmounting their
-    /// segments), frees retired buffers, discards stale writes, evicts above the watermark.
+    /// segments) every tick; every 10th tick frees retired buffers, discards stale writes and
+    /// evicts above the watermark (the passes that scan every object).
     pub fn tick(&self) {
+        let n = self.ticks.fetch_add(1, Ordering::Relaxed);
+        self.expire_clients();
+        if n % 10 == 0 {
+            self.sweep();
+        }
+    }
+
+    /// Runs the object passes now (also what `tick` does every 10th call).
+    pub fn sweep(&self) {
+        self.objs.sweep(&self.segs, &self.cfg);
+        let (_, used, cap) = self.segs.usage();
+        if cap > 0
+            && used as f64 >= cap as f64 * self.cfg.eviction_high_watermark
+            && self.stuck_at.load(Ordering::Relaxed) != used
+        {
+            let target = (cap as f64 * self.cfg.eviction_ratio) as u64;
+            if target > 0 && self.objs.evict(target, &self.segs, &self.cfg) > 0 {
+                self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
+                self.stuck_at.store(u64::MAX, Ordering::Relaxed);
+            } else {
+                self.stuck_at.store(used, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn expire_clients(&self) {
         let now = Instant::now();
         let expired: Vec<u64> = {
             let mut c = self.clients.lock().unwrap_or_else(|e| e.into_inner());
@@ -270,16 +303,6 @@ impl Master {
                 segs.len()
             );
             self.unmount(&segs);
-        }
-        self.objs.sweep(&self.segs, &self.cfg);
-        let (_, used, cap) = self.segs.usage();
-        if cap > 0 && used as f64 >= cap as f64 * self.cfg.eviction_high_watermark {
-            let target = (cap as f64 * self.cfg.eviction_ratio) as u64;
-            if target > 0 && self.objs.evict(target, &self.segs, &self.cfg) > 0 {
-                self.metrics
-                    .evictions
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
         }
     }
 
