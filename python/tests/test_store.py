@@ -350,3 +350,26 @@ def test_mooncake_store_alias():
                 sys.modules.pop(k, None)
             else:
                 sys.modules[k] = v
+
+
+def test_close_waits_for_calls_in_flight(cluster):
+    """close() while other threads are inside calls: they finish or get an error code, and
+    nothing uses a freed handle."""
+    _, _, s = cluster
+    assert s.upsert("c", bytes(4 << 20)) == 0
+    results, stop = [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            results.append(len(s.get("c")))
+
+    ts = [threading.Thread(target=reader) for _ in range(3)]
+    for t in ts:
+        t.start()
+    time.sleep(0.3)
+    assert s.close() == 0
+    stop.set()
+    for t in ts:
+        t.join(30)
+    assert results and set(results) <= {0, 4 << 20}
+    assert s.get("c") == b"" and s.put("c", b"x") < 0

@@ -25,6 +25,7 @@ Every call into the library releases the GIL (ctypes), so threads overlap their 
 """
 
 import ctypes
+import functools
 import operator
 import threading
 from ctypes import byref, c_char_p, c_int32, c_int64, c_uint64, c_void_p
@@ -159,7 +160,8 @@ class MooncakeDistributedStore:
 
     def __init__(self):
         self._h = None
-        self._lock = threading.Lock()
+        self._cv = threading.Condition()
+        self._busy = 0
         self._hostname = ""
 
     # ---------------------------------------------------------------- lifecycle
@@ -222,8 +224,10 @@ class MooncakeDistributedStore:
 
     def close(self):
         """Unmounts this client's segment (its objects go with it) and stops. Returns 0."""
-        with self._lock:
+        with self._cv:
             h, self._h = self._h, None
+            # Calls already inside the library finish first (they hold the handle).
+            self._cv.wait_for(lambda: self._busy == 0, timeout=600)
         if h is not None:
             _ffi.lib().tw_store_free(h)
         return 0
@@ -493,6 +497,35 @@ class MooncakeDistributedStore:
         if self._h is None:
             return INTERNAL_ERROR
         return _ffi.lib().tw_store_remove_all(self._h, bool(force))
+
+
+def _counted(fn):
+    """Counts the call as in flight, so ``close`` waits for it before freeing the handle."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        with self._cv:
+            self._busy += 1
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            with self._cv:
+                self._busy -= 1
+                if self._busy == 0:
+                    self._cv.notify_all()
+
+    return wrapper
+
+
+for _name in [
+    "health_check", "register_buffer", "unregister_buffer", "put", "upsert", "put_batch",
+    "upsert_batch", "put_parts", "upsert_parts", "put_from", "upsert_from", "batch_put_from",
+    "batch_upsert_from", "batch_get_into", "get_into", "get_batch", "get", "get_buffer",
+    "batch_get_buffer", "get_size", "get_into_ranges", "batch_is_exist", "is_exist",
+    "batch_remove", "remove", "remove_by_regex", "remove_all",
+]:
+    setattr(MooncakeDistributedStore, _name, _counted(getattr(MooncakeDistributedStore, _name)))
+del _name
 
 
 def install_as_mooncake():
