@@ -373,3 +373,23 @@ def test_close_waits_for_calls_in_flight(cluster):
         t.join(30)
     assert results and set(results) <= {0, 4 << 20}
     assert s.get("c") == b"" and s.put("c", b"x") < 0
+
+
+def test_shim_package_serves_mooncake_imports():
+    """With python/tidewire/shim first on PYTHONPATH, Mooncake imports load tidewire, even where
+    the real mooncake wheel is installed."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    shim = os.path.join(REPO, "python", "tidewire", "shim")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([shim, os.path.join(REPO, "python")]))
+    code = ("from mooncake.store import MooncakeDistributedStore as M\n"
+            "from mooncake.engine import TransferEngine as T\n"
+            "import tidewire.store, tidewire.engine\n"
+            "assert M is tidewire.store.MooncakeDistributedStore\n"
+            "assert T is tidewire.engine.TransferEngine\n")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
