@@ -9,7 +9,7 @@ PY ?= $(VENV)/bin/python
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -pedantic -g -Iinclude
 BUILD_C := target/c_tests
 
-.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench examples clean venv fmt clippy install install-check wheel
+.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel
 
 all: build
 
@@ -117,6 +117,12 @@ check-header:
 
 bench: build
 	$(PROFILE_DIR)/tidewire-bench loopback
+
+## Cost of allocateBatchID + submitTransfer (16,384 x 4 KiB to a target process over loopback TCP).
+bench-submit: build
+	@mkdir -p target/bench
+	gcc -std=c11 -O2 -Wall -Wextra -Werror -pedantic -g -Iinclude bench/c/batch_submit.c -o target/bench/batch_submit -L$(PROFILE_DIR) -ltidewire -Wl,-rpath,$$PWD/$(PROFILE_DIR)
+	TW_SAME_HOST=0 target/bench/batch_submit $(BENCH_SUBMIT_ARGS)
 
 fmt:
 	$(CARGO) fmt --all

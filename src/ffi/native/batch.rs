@@ -35,8 +35,7 @@ pub extern "C" fn tw_batch_submit(
         let e = check!(unsafe { engine_ref(engine) });
         // SAFETY: `count` elements per the API contract.
         let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
-        let v = check!(requests_from_c(reqs));
-        check!(e.submit(batch, &v));
+        check!(e.submit(batch, reqs));
         TW_OK
     })
 }
@@ -112,8 +111,7 @@ pub extern "C" fn tw_batch_submit_with_notify(
         );
         // SAFETY: `count` elements per the API contract.
         let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
-        let v = check!(requests_from_c(reqs));
-        check!(e.submit_with_notify(batch, &v, n, m));
+        check!(e.submit_with_notify(batch, reqs, n, m));
         TW_OK
     })
 }
