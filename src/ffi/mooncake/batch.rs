@@ -110,7 +110,8 @@ pub extern "C" fn submitTransferWithNotify(
 
 /// Writes task `task_id`'s status (`STATUS_WAITING`, `STATUS_COMPLETED` or `STATUS_FAILED`, plus
 /// bytes moved) to `*status` and returns 0. Returns 1, writing nothing, for a bad batch id, a task
-/// not yet submitted or a NULL `status`. Reads atomics only. Thread-safe.
+/// not yet submitted or a NULL `status`. Lock-free: an id-table lookup and atomic loads.
+/// Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn getTransferStatus(
     engine: *mut c_void,

@@ -40,7 +40,8 @@ pub extern "C" fn tw_batch_submit(
     })
 }
 
-/// Writes the status of task `task` of a batch to `*status_out`. Cheap (atomics only).
+/// Writes the status of task `task` of a batch to `*status_out`. Lock-free (an id-table lookup
+/// and atomic loads): cheap enough to poll from any thread, while other threads submit or free.
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_batch_status(
     engine: *const tw_engine,
