@@ -9,7 +9,7 @@ PY ?= $(VENV)/bin/python
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -pedantic -g -Iinclude
 BUILD_C := target/c_tests
 
-.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench examples clean venv fmt clippy install install-check wheel
+.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel
 
 all: build
 
@@ -115,8 +115,24 @@ header:
 check-header:
 	$(CARGO) test --test header_up_to_date
 
+## With RESULTS=DIR (a side-by-side results folder), also draws its charts (see bench-plots).
 bench: build
 	$(PROFILE_DIR)/tidewire-bench loopback
+	@if [ -n "$(RESULTS)" ]; then $(MAKE) --no-print-directory bench-plots RESULTS="$(RESULTS)"; fi
+
+## Throughput-vs-block-size and latency charts of a side-by-side results folder:
+## make bench-plots RESULTS=DIR [PLOTS=OUT_DIR] [PLOT_PY=python with matplotlib]. Prints where
+## it wrote them (default DIR/plots); says how to install matplotlib when it is missing.
+PLOT_PY ?= $(shell for p in .venv-plot/bin/python python3; do command -v $$p >/dev/null 2>&1 && $$p -c 'import matplotlib' 2>/dev/null && { echo $$p; exit; }; done; echo python3)
+bench-plots:
+	@[ -n "$(RESULTS)" ] || { echo "usage: make bench-plots RESULTS=results_dir [PLOTS=out_dir]"; exit 2; }
+	$(PLOT_PY) scripts/plot_bench.py "$(RESULTS)" $(PLOTS)
+
+## Cost of allocateBatchID + submitTransfer (16,384 x 4 KiB to a target process over loopback TCP).
+bench-submit: build
+	@mkdir -p target/bench
+	gcc -std=c11 -O2 -Wall -Wextra -Werror -pedantic -g -Iinclude bench/c/batch_submit.c -o target/bench/batch_submit -L$(PROFILE_DIR) -ltidewire -Wl,-rpath,$$PWD/$(PROFILE_DIR)
+	TW_SAME_HOST=0 target/bench/batch_submit $(BENCH_SUBMIT_ARGS)
 
 fmt:
 	$(CARGO) fmt --all

@@ -427,7 +427,8 @@ tw_result tw_batch_submit(const struct tw_engine *engine,
                           size_t count);
 
 /*
- Writes the status of task `task` of a batch to `*status_out`. Cheap (atomics only).
+ Writes the status of task `task` of a batch to `*status_out`. Lock-free (an id-table lookup
+ and atomic loads): cheap enough to poll from any thread, while other threads submit or free.
  */
 tw_result tw_batch_status(const struct tw_engine *engine,
                           uint64_t batch,

@@ -294,7 +294,8 @@ int genNotifyInEngine(transfer_engine_t engine, uint64_t target_id,
 /*
  * Writes the status of task `task_id` (0-based, submission order) to *status and
  * returns 0; returns 1 (and writes nothing) for a bad batch id, a task_id not yet
- * submitted or a NULL status. Cheap: reads atomics only.
+ * submitted or a NULL status. Cheap and lock-free: an id-table lookup and atomic
+ * loads.
  */
 int getTransferStatus(transfer_engine_t engine, batch_id_t batch_id,
                       size_t task_id, struct transfer_status *status);

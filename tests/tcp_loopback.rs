@@ -277,3 +277,87 @@ fn notifications_both_ways() {
     assert_eq!(a.take_notifications()[0].name, "back");
     a.probe(b.name()).unwrap();
 }
+
+/// One submit whose requests alternate between three routes (this engine, two peers) and two
+/// local regions, with a zero-length request among them: every byte lands where it should and
+/// every task completes. Then a submit whose last request is unregistered is refused whole
+/// (nothing moves, the batch keeps its length) and the batch still takes the next submit.
+#[test]
+fn one_submit_over_several_routes_and_regions() {
+    let (a, b, c) = (engine(), engine(), engine());
+    let (rb, rc) = (Buf::new(1 << 20, 0), Buf::new(1 << 20, 0));
+    b.register_memory(rb.addr(), rb.len(), "cpu:0", true)
+        .unwrap();
+    c.register_memory(rc.addr(), rc.len(), "cpu:0", true)
+        .unwrap();
+    let (s1, s2) = (Buf::pattern(1 << 20, 5), Buf::pattern(1 << 20, 9));
+    let own = Buf::new(1 << 20, 0);
+    for buf in [&s1, &s2, &own] {
+        a.register_memory(buf.addr(), buf.len(), "cpu:0", true)
+            .unwrap();
+    }
+    let (sb, sc) = (
+        a.open_segment(b.name()).unwrap(),
+        a.open_segment(c.name()).unwrap(),
+    );
+    let w = |local: &Buf, loff: u64, segment, remote: &Buf, roff: u64, len| Request {
+        op: Opcode::Write,
+        local: local.addr() + loff,
+        segment,
+        remote: remote.addr() + roff,
+        len,
+    };
+    let reqs = [
+        w(&s1, 0, sb, &rb, 0, 4096),
+        w(&s2, 0, sb, &rb, 4096, 200_000), // spans several slices
+        w(&s1, 8192, 0, &own, 0, 4096),    // this engine
+        w(&s2, 4096, sc, &rc, 0, 4096),
+        w(&s1, 0, sb, &rb, 300_000, 0), // zero length
+        w(&s1, 65536, sb, &rb, 400_000, 70_000),
+        w(&s2, 0, sc, &rc, 8192, 1000),
+    ];
+    let batch = a.alloc_batch(reqs.len() + 1).unwrap();
+    a.submit(batch, &reqs).unwrap();
+    a.wait_batch(batch, Some(Duration::from_secs(20))).unwrap();
+    for (i, r) in reqs.iter().enumerate() {
+        let st = a.task_status(batch, i).unwrap();
+        assert_eq!(
+            (st.state, st.transferred),
+            (TaskState::Completed, r.len),
+            "task {i}"
+        );
+        let (src, dst) = (r.local as *const u8, r.remote as *const u8);
+        // SAFETY: both ranges lie inside buffers this test owns and keeps alive.
+        let same = unsafe {
+            std::slice::from_raw_parts(src, r.len as usize)
+                == std::slice::from_raw_parts(dst, r.len as usize)
+        };
+        assert!(same, "task {i}: bytes differ");
+    }
+    let unreg = Buf::pattern(4096, 1);
+    let bad = [
+        w(&s1, 0, sc, &rc, 100_000, 4096),
+        w(&unreg, 0, sb, &rb, 500_000, 4096),
+    ];
+    let e = a.submit(batch, &bad).unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::TooManyRequests,
+        "capacity is checked first"
+    );
+    let batch2 = a.alloc_batch(4).unwrap();
+    let e = a.submit(batch2, &bad).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddressNotRegistered);
+    assert!(e.message().starts_with("request 1: local"), "{e}");
+    assert_eq!(a.batch_len(batch2).unwrap(), 0, "nothing was submitted");
+    assert!(
+        rc.0[100_000..104_096].iter().all(|&x| x == 0),
+        "nothing moved"
+    );
+    a.submit(batch2, &bad[..1]).unwrap();
+    a.wait_batch(batch2, Some(Duration::from_secs(20))).unwrap();
+    assert_eq!(&rc.0[100_000..104_096], &s1.0[..4096]);
+    assert_eq!(a.task_status(batch2, 0).unwrap().transferred, 4096);
+    a.free_batch(batch).unwrap();
+    a.free_batch(batch2).unwrap();
+}

@@ -58,7 +58,9 @@ pub struct Batch {
     count: AtomicUsize,
     pub(crate) submit_lock: Mutex<()>,
     latch: Latch,
-    pub(crate) notify: Mutex<Option<PendingNotify>>,
+    notify: Mutex<Option<PendingNotify>>,
+    /// Whether `notify` may hold a message: lets status queries skip the lock.
+    has_notify: AtomicBool,
     /// Run once by whoever sees the batch go idle (stream-ordered transfers); `has_on_idle`
     /// keeps the common case to one relaxed load.
     on_idle: Mutex<Option<OnIdle>>,
@@ -76,6 +78,7 @@ impl Batch {
             submit_lock: Mutex::new(()),
             latch: Latch::default(),
             notify: Mutex::new(None),
+            has_notify: AtomicBool::new(false),
             on_idle: Mutex::new(None),
             has_on_idle: AtomicBool::new(false),
         }
@@ -96,14 +99,40 @@ impl Batch {
         self.len() == 0
     }
 
-    /// Prepares task `index` with `slices` outstanding slices (0 = already complete). Caller holds
-    /// `submit_lock` and calls [`Batch::publish`] after preparing a run of tasks.
+    /// Prepares task `index` (at or above `len()`) with `slices` outstanding slices (0 = already
+    /// complete). Caller holds `submit_lock`; a prepared task stays invisible until
+    /// [`Batch::publish`], and a submit that fails validation simply prepares it again later.
     pub(crate) fn prepare_task(&self, index: usize, slices: u32) {
         let t = &self.tasks[index];
         t.pending.store(slices, Ordering::Relaxed);
         t.error.store(0, Ordering::Relaxed);
         t.transferred.store(0, Ordering::Relaxed);
-        self.latch.add(slices as u64);
+    }
+
+    /// Counts `slices` more outstanding slices (the sum over the tasks being published), before
+    /// any of them is dispatched.
+    pub(crate) fn add_slices(&self, slices: u64) {
+        self.latch.add(slices);
+    }
+
+    /// Stores the message to send once the batch has completed.
+    pub(crate) fn set_notify(&self, n: PendingNotify) {
+        *self.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(n);
+        self.has_notify.store(true, Ordering::Release);
+    }
+
+    /// Whether a notification may be waiting (one relaxed-cost load).
+    pub(crate) fn has_notify(&self) -> bool {
+        self.has_notify.load(Ordering::Acquire)
+    }
+
+    /// Takes the waiting notification, if any (at most one caller gets it).
+    pub(crate) fn take_notify(&self) -> Option<PendingNotify> {
+        let n = self.notify.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if n.is_some() {
+            self.has_notify.store(false, Ordering::Release);
+        }
+        n
     }
 
     /// Makes tasks below `count` visible to status readers.
@@ -232,6 +261,7 @@ mod tests {
             let _g = b.submit_lock.lock().unwrap();
             b.prepare_task(0, 2);
             b.prepare_task(1, 1);
+            b.add_slices(3);
             b.publish(2);
         }
         assert_eq!(b.status(0).state, TaskState::Waiting);

@@ -2,7 +2,7 @@
 //! (start, stop), `registration.rs` (registered memory), `open.rs` (segments), `routing.rs`
 //! (route choice), `samehost.rs` (same-host checks), `publish.rs` (descriptor and metadata
 //! keys), `rpc.rs` (RPC handler, notifications), `rdma.rs` (the RDMA transport's engine side),
-//! `transfer.rs` (batches), `scatter.rs`, `stream.rs`. See `README.md` here for the completion
+//! `transfer.rs` (batches), `submit.rs` (validating and dispatching requests), `scatter.rs`, `stream.rs`. See `README.md` here for the completion
 //! protocol.
 
 pub mod config;
@@ -18,13 +18,14 @@ mod samehost;
 pub mod scatter;
 pub mod segments;
 pub mod stream;
+mod submit;
 pub mod transfer;
 
 pub use crate::completion::{TaskState, TaskStatus};
 pub use config::{Config, RdmaMode};
 pub use scatter::{FragmentResult, ScatterRange};
 pub use segments::{LOCAL_SEGMENT, SegmentId};
-pub use transfer::Request;
+pub use transfer::{AsRequest, Request};
 
 use crate::completion::Batch;
 use crate::memory::Registry;

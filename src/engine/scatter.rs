@@ -228,10 +228,10 @@ impl Engine {
                 }
             }
         }
-        Ok(self.inner.scatters.insert(Arc::new(ScatterOp {
+        self.inner.scatters.insert(Arc::new(ScatterOp {
             batch,
             state: Mutex::new(st),
-        })))
+        }))
     }
 
     fn scatter(&self, id: u64) -> Result<Arc<ScatterOp>> {

@@ -113,7 +113,7 @@ impl Engine {
         let (job_op, reqs) = (op.clone(), reqs.to_vec());
         let job = Box::new(move || run(&weak, &job_op, &reqs));
         gs::enqueue(stream, &gate, job)?;
-        Ok(if keep { ops().insert(op) } else { 0 })
+        Ok(if keep { ops().insert(op)? } else { 0 })
     }
 
     fn stream_op(&self, id: u64) -> Result<Arc<StreamOp>> {

@@ -1,11 +1,11 @@
 //! Batches of READ/WRITE requests: allocate, submit (validated all-or-nothing), poll, wait, free.
 
+use super::Engine;
 use super::segments::SegmentId;
-use super::{Engine, Inner};
-use crate::completion::{Batch, PendingNotify, SliceDone, TaskState, TaskStatus};
+pub use super::submit::AsRequest;
+use crate::completion::{Batch, PendingNotify, TaskState, TaskStatus};
 use crate::error::{Error, ErrorKind, Result, fail};
-use crate::memory::Access;
-use crate::transport::{Opcode, Route, Slice, Transport};
+use crate::transport::Opcode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,41 +36,47 @@ impl Engine {
                 format!("batch capacity {capacity} exceeds {MAX_BATCH_CAPACITY}"),
             );
         }
-        Ok(self.inner.batches.insert(Arc::new(Batch::new(capacity))))
+        self.inner.batches.insert(Arc::new(Batch::new(capacity)))
     }
 
     fn batch(&self, id: u64) -> Result<Arc<Batch>> {
-        self.inner.batches.get(id).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidId,
-                format!("batch id {id:#x} is unknown or freed"),
-            )
-        })
+        self.inner
+            .batches
+            .get(id)
+            .ok_or_else(|| Self::unknown_batch(id))
+    }
+
+    fn unknown_batch(id: u64) -> Error {
+        Error::new(
+            ErrorKind::InvalidId,
+            format!("batch id {id:#x} is unknown or freed"),
+        )
     }
 
     /// Submits requests to a batch. Every request is validated before any is started: too many
     /// requests, an unknown segment, an unregistered local range or an unsupported peer protocol
     /// rejects the whole call. Remote ranges are checked by the owner.
-    pub fn submit(&self, batch_id: u64, reqs: &[Request]) -> Result<()> {
+    pub fn submit<R: AsRequest>(&self, batch_id: u64, reqs: &[R]) -> Result<()> {
         let batch = self.batch(batch_id)?;
         self.inner.submit_to(&batch, reqs).map(|_| ())
     }
 
     /// Like [`Engine::submit`], and sends `name`/`msg` to the first request's segment once a
     /// status query or wait observes the whole batch completed (Mooncake's notify semantics).
-    pub fn submit_with_notify(
+    pub fn submit_with_notify<R: AsRequest>(
         &self,
         batch_id: u64,
-        reqs: &[Request],
+        reqs: &[R],
         name: &str,
         msg: &str,
     ) -> Result<()> {
         let first = reqs
             .first()
-            .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "no requests"))?;
+            .ok_or_else(|| Error::new(ErrorKind::InvalidArgument, "no requests"))?
+            .to_request(0)?;
         let batch = self.batch(batch_id)?;
         self.inner.submit_to(&batch, reqs)?;
-        *batch.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(PendingNotify {
+        batch.set_notify(PendingNotify {
             segment: first.segment,
             name: name.into(),
             msg: msg.into(),
@@ -79,20 +85,32 @@ impl Engine {
         Ok(())
     }
 
-    /// Status of task `task` (submission order, from 0) of a batch.
+    /// Status of task `task` (submission order, from 0) of a batch. Lock-free: a table lookup
+    /// and atomic loads (plus, once, the notification of a `submit_with_notify` batch).
     pub fn task_status(&self, batch_id: u64, task: usize) -> Result<TaskStatus> {
-        let batch = self.batch(batch_id)?;
-        if task >= batch.len() {
-            return fail(
+        let found = self.inner.batches.with(batch_id, |batch| {
+            let len = batch.len();
+            if task >= len {
+                return Err(len);
+            }
+            let st = batch.status(task);
+            Ok((st, st.state == TaskState::Completed && batch.has_notify()))
+        });
+        match found {
+            None => Err(Self::unknown_batch(batch_id)),
+            Some(Err(len)) => fail(
                 ErrorKind::InvalidArgument,
-                format!("task {task} out of range (batch holds {})", batch.len()),
-            );
+                format!("task {task} out of range (batch holds {len})"),
+            ),
+            Some(Ok((st, notify))) => {
+                if notify {
+                    if let Some(batch) = self.inner.batches.get(batch_id) {
+                        self.flush_notify(&batch);
+                    }
+                }
+                Ok(st)
+            }
         }
-        let st = batch.status(task);
-        if st.state == TaskState::Completed {
-            self.flush_notify(&batch);
-        }
-        Ok(st)
     }
 
     /// Number of tasks submitted to a batch.
@@ -133,15 +151,12 @@ impl Engine {
     }
 
     fn flush_notify(&self, batch: &Batch) {
-        if !batch.is_idle() || batch.first_failure().is_some() {
+        // `has_notify` first: without it every status query of a completed batch would scan
+        // all its tasks for a failure.
+        if !batch.has_notify() || !batch.is_idle() || batch.first_failure().is_some() {
             return;
         }
-        let pending = batch
-            .notify
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(n) = pending {
+        if let Some(n) = batch.take_notify() {
             if let Err(e) = self.inner.send_notify(n.segment, &n.name, &n.msg) {
                 crate::tw_log!(
                     crate::log::Level::Warn,
@@ -150,95 +165,5 @@ impl Engine {
                 );
             }
         }
-    }
-}
-
-impl Inner {
-    /// Validates then dispatches `reqs` as new tasks of `batch`. Returns the first task index.
-    pub(crate) fn submit_to(&self, batch: &Arc<Batch>, reqs: &[Request]) -> Result<usize> {
-        let live = self.live.read().unwrap_or_else(|e| e.into_inner());
-        if !*live {
-            return fail(ErrorKind::Shutdown, "engine is shutting down");
-        }
-        let _serial = batch.submit_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let start = batch.len();
-        if reqs.len() > batch.capacity() - start {
-            return fail(
-                ErrorKind::TooManyRequests,
-                format!(
-                    "{} requests do not fit: batch holds {start} of {}",
-                    reqs.len(),
-                    batch.capacity()
-                ),
-            );
-        }
-        let mut cache = None;
-        let mut targets = Vec::with_capacity(reqs.len());
-        for (i, r) in reqs.iter().enumerate() {
-            let t = self
-                .route(r.segment, &mut cache)
-                .map_err(|e| Error::new(e.kind(), format!("request {i}: {}", e.message())))?;
-            let mut gpu = None;
-            if r.len > 0 {
-                gpu = self
-                    .registry
-                    .check_place(r.local, r.len, Access::Local)
-                    .map_err(|e| {
-                        Error::new(e.kind(), format!("request {i}: local {}", e.message()))
-                    })?;
-                if r.len
-                    .div_ceil(self.cfg.slice_size.min(self.cfg.rdma_slice_size).max(1))
-                    > u32::MAX as u64
-                {
-                    return fail(
-                        ErrorKind::InvalidArgument,
-                        format!("request {i}: length {} is too large", r.len),
-                    );
-                }
-                if r.remote.checked_add(r.len).is_none() || r.remote == 0 {
-                    return fail(
-                        ErrorKind::InvalidArgument,
-                        format!(
-                            "request {i}: remote range {:#x}+{} is NULL or overflows",
-                            r.remote, r.len
-                        ),
-                    );
-                }
-            }
-            targets.push((t, gpu));
-        }
-        let slice_for = |t: &Route| t.slice_size(self.cfg.slice_size, self.cfg.rdma_slice_size);
-        for (i, (r, (t, _))) in reqs.iter().zip(&targets).enumerate() {
-            let n = r.len.div_ceil(slice_for(t));
-            batch.prepare_task(start + i, n as u32);
-        }
-        batch.publish(start + reqs.len());
-        // Consecutive slices to one route go down together (for TCP: one inline send when
-        // small).
-        let mut pending: Option<(Route, Vec<Slice>)> = None;
-        for (i, (r, (t, gpu))) in reqs.iter().zip(targets).enumerate() {
-            let task = (start + i) as u32;
-            let slice = slice_for(&t);
-            if pending.as_ref().is_some_and(|(p, _)| !p.same(&t)) {
-                let (p, v) = pending.take().expect("checked");
-                p.submit_all(v);
-            }
-            let (_, v) = pending.get_or_insert_with(|| (t, Vec::new()));
-            // GPU regions go to the RDMA NIC as registered (GPUDirect); staging through host
-            // memory, as TCP does, is not built for RDMA yet.
-            v.extend((0..r.len).step_by(slice as usize).map(|off| Slice {
-                op: r.op,
-                local: r.local + off,
-                remote: r.remote + off,
-                len: slice.min(r.len - off),
-                gpu,
-                retries: 0,
-                done: SliceDone::new(batch.clone(), task),
-            }));
-        }
-        if let Some((p, v)) = pending {
-            p.submit_all(v);
-        }
-        Ok(start)
     }
 }

@@ -18,38 +18,44 @@ pub extern "C" fn allocateBatchID(engine: *mut c_void, batch_size: usize) -> u64
     })
 }
 
-/// Converts C requests; checks the batch id and that a transport is installed.
-fn requests(
+impl AsRequest for transfer_request {
+    #[inline]
+    fn to_request(&self, index: usize) -> Result<Request> {
+        let op = Opcode::from_i32(self.opcode).ok_or_else(|| {
+            err(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "request {index}: opcode {} is not OPCODE_READ/WRITE",
+                    self.opcode
+                ),
+            )
+        })?;
+        Ok(Request {
+            op,
+            local: self.source as u64,
+            segment: self.target_id,
+            remote: self.target_offset,
+            len: self.length,
+        })
+    }
+}
+
+/// The C requests, read in place by the submit; checks that a transport is installed (after
+/// the batch id, so a bad id is reported first).
+fn requests<'a>(
     h: &MooncakeEngine,
     batch_id: u64,
     entries: *mut transfer_request,
     count: usize,
-) -> Result<Vec<Request>> {
-    // SAFETY: NULL (refused unless count == 0) or `count` requests per the C API.
+) -> Result<&'a [transfer_request]> {
+    // SAFETY: NULL (refused unless count == 0) or `count` requests per the C API; only read
+    // during this call.
     let entries = unsafe { slice_arg(entries.cast_const(), count, "entries") }?;
     if !h.tcp_installed() {
         h.engine.batch_len(batch_id)?;
         return Err(h.no_transport());
     }
-    entries
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let op = Opcode::from_i32(r.opcode).ok_or_else(|| {
-                err(
-                    ErrorKind::InvalidArgument,
-                    format!("request {i}: opcode {} is not OPCODE_READ/WRITE", r.opcode),
-                )
-            })?;
-            Ok(Request {
-                op,
-                local: r.source as u64,
-                segment: r.target_id,
-                remote: r.target_offset,
-                len: r.length,
-            })
-        })
-        .collect()
+    Ok(entries)
 }
 
 /// Submits `count` requests to a batch; all are validated before any starts. Returns a `Status`
@@ -68,7 +74,7 @@ pub extern "C" fn submitTransfer(
         // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
         let r = unsafe { handle(engine) }.and_then(|h| {
             let reqs = requests(h, batch_id, entries, count)?;
-            h.engine.submit(batch_id, &reqs)
+            h.engine.submit(batch_id, reqs)
         });
         status_of("submitTransfer", r)
     })
@@ -96,7 +102,7 @@ pub extern "C" fn submitTransferWithNotify(
                 return Err(err(ErrorKind::InvalidArgument, "no requests"));
             }
             let reqs = requests(h, batch_id, entries, count)?;
-            h.engine.submit_with_notify(batch_id, &reqs, name, msg)
+            h.engine.submit_with_notify(batch_id, reqs, name, msg)
         });
         status_of("submitTransferWithNotify", r)
     })
@@ -104,7 +110,8 @@ pub extern "C" fn submitTransferWithNotify(
 
 /// Writes task `task_id`'s status (`STATUS_WAITING`, `STATUS_COMPLETED` or `STATUS_FAILED`, plus
 /// bytes moved) to `*status` and returns 0. Returns 1, writing nothing, for a bad batch id, a task
-/// not yet submitted or a NULL `status`. Reads atomics only. Thread-safe.
+/// not yet submitted or a NULL `status`. Lock-free: an id-table lookup and atomic loads.
+/// Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn getTransferStatus(
     engine: *mut c_void,

@@ -13,7 +13,7 @@
 //! `destroyTransferEngine`, which must not race with other calls on the same handle.
 
 use super::{ffi_boundary, slice_arg, str_arg, write_c_string_truncated};
-use crate::engine::{Config, Engine, LOCAL_SEGMENT, Request, SegmentId, TaskState};
+use crate::engine::{AsRequest, Config, Engine, LOCAL_SEGMENT, Request, SegmentId, TaskState};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
 use crate::transport::Opcode;

@@ -35,13 +35,13 @@ pub extern "C" fn tw_batch_submit(
         let e = check!(unsafe { engine_ref(engine) });
         // SAFETY: `count` elements per the API contract.
         let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
-        let v = check!(requests_from_c(reqs));
-        check!(e.submit(batch, &v));
+        check!(e.submit(batch, reqs));
         TW_OK
     })
 }
 
-/// Writes the status of task `task` of a batch to `*status_out`. Cheap (atomics only).
+/// Writes the status of task `task` of a batch to `*status_out`. Lock-free (an id-table lookup
+/// and atomic loads): cheap enough to poll from any thread, while other threads submit or free.
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_batch_status(
     engine: *const tw_engine,
@@ -112,8 +112,7 @@ pub extern "C" fn tw_batch_submit_with_notify(
         );
         // SAFETY: `count` elements per the API contract.
         let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
-        let v = check!(requests_from_c(reqs));
-        check!(e.submit_with_notify(batch, &v, n, m));
+        check!(e.submit_with_notify(batch, reqs, n, m));
         TW_OK
     })
 }

@@ -116,18 +116,17 @@ fn opcode(v: i32) -> crate::Result<Opcode> {
     })
 }
 
-fn requests_from_c(reqs: &[tw_transfer_request]) -> crate::Result<Vec<Request>> {
-    reqs.iter()
-        .map(|r| {
-            Ok(Request {
-                op: opcode(r.opcode)?,
-                local: r.local_addr as u64,
-                segment: r.segment,
-                remote: r.remote_addr,
-                len: r.length,
-            })
+impl crate::engine::AsRequest for tw_transfer_request {
+    #[inline]
+    fn to_request(&self, _index: usize) -> crate::Result<Request> {
+        Ok(Request {
+            op: opcode(self.opcode)?,
+            local: self.local_addr as u64,
+            segment: self.segment,
+            remote: self.remote_addr,
+            len: self.length,
         })
-        .collect()
+    }
 }
 
 fn timeout(ms: i64) -> Option<Duration> {

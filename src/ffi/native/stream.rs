@@ -1,6 +1,7 @@
 //! GPU availability and stream-ordered transfers (CUDA driver loaded at run time).
 
 use super::*;
+use crate::engine::AsRequest;
 
 /// Whether CUDA memory can be used: `TW_OK` with the device count in `*devices_out` (may be
 /// NULL), or `TW_ERR_UNSUPPORTED` when no CUDA driver or device is found (the detail says which;
@@ -43,7 +44,12 @@ pub extern "C" fn tw_transfer_on_stream(
         let e = check!(unsafe { engine_ref(engine) });
         // SAFETY: `count` elements per the API contract.
         let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
-        let v = check!(requests_from_c(reqs));
+        let v: Vec<Request> = check!(
+            reqs.iter()
+                .enumerate()
+                .map(|(i, r)| r.to_request(i))
+                .collect()
+        );
         let id = check!(e.transfer_on_stream(&v, stream as usize, !op_out.is_null()));
         // SAFETY: NULL or a valid, writable uint64_t per the API contract.
         if let Some(slot) = unsafe { op_out.as_mut() } {
