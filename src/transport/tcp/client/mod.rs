@@ -21,13 +21,13 @@ use crate::log::Level;
 use crate::memory::raw;
 use crate::transport::chan::{Receiver, Sender, TryRecvError, bounded, unbounded};
 use crate::transport::{Opcode, Slice, samehost};
-use reply::receiver_loop;
+use reply::{LaneRx, receiver_loop};
 use send::*;
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -102,6 +102,10 @@ struct Shared {
     /// Same-host path in use (turned off for good if the kernel refuses it).
     vm_on: AtomicBool,
     lanes_tx: Vec<Mutex<LaneTx>>,
+    lanes_rx: Vec<Mutex<LaneRx>>,
+    /// Per lane: messages posted to the receiver thread and not yet handled by it. Zero (seen
+    /// while holding the lane's sending half) means a submitting thread may read replies itself.
+    expected: Vec<AtomicUsize>,
     credit: Vec<Credit>,
 }
 
@@ -110,6 +114,23 @@ impl Shared {
         self.lanes_tx[lane]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lane_rx(&self, lane: usize) -> std::sync::MutexGuard<'_, LaneRx> {
+        self.lanes_rx[lane]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Posts `msg` to `lane`'s receiver thread, counting it as expected until handled.
+    fn post(&self, lane: usize, to: &Sender<Expect>, msg: Expect) -> Result<(), Expect> {
+        // Relaxed: the count is only read by the holder of the lane's sending half, which is
+        // also the only poster.
+        self.expected[lane].fetch_add(1, Ordering::Relaxed);
+        to.send(msg).map_err(|e| {
+            self.expected[lane].fetch_sub(1, Ordering::Relaxed);
+            e.into_inner()
+        })
     }
 }
 
@@ -252,6 +273,8 @@ impl Peer {
             cooldown_until: Mutex::new(None),
             vm_on: AtomicBool::new(addr.vm_pid != 0 && addr.v2),
             lanes_tx,
+            lanes_rx: (0..lanes).map(|_| Mutex::new(LaneRx::new())).collect(),
+            expected: (0..lanes).map(|_| AtomicUsize::new(0)).collect(),
             credit: (0..lanes).map(|_| Credit::default()).collect(),
         });
         let mut peer = Peer {
@@ -304,7 +327,7 @@ impl Peer {
                     Err(std::sync::TryLockError::WouldBlock) => None,
                 };
                 if let Some(mut tx) = guard {
-                    tx.send(sh, lane, &mut slices);
+                    tx.send(sh, lane, &mut slices, true);
                     return;
                 }
             }
@@ -350,7 +373,8 @@ impl Drop for Peer {
         }
         // Senders are gone; tell each receiver to finish what it expects and exit.
         for lane in 0..self.shared.lanes_tx.len() {
-            let _ = self.shared.lane_tx(lane).expect.send(Expect::Stop);
+            let tx = self.shared.lane_tx(lane);
+            let _ = self.shared.post(lane, &tx.expect, Expect::Stop);
         }
         for t in self.receivers.drain(..) {
             let _ = t.join();
