@@ -2,6 +2,7 @@
 //! their slices.
 
 use super::*;
+use std::os::fd::RawFd;
 
 enum ReplyError {
     Rejected,
@@ -26,6 +27,8 @@ pub(super) struct LaneRx {
     /// bounded.
     after_reject: bool,
     rb: RecvBuf,
+    /// The socket was seen readable since the last reply was handled.
+    readable: bool,
 }
 
 impl LaneRx {
@@ -35,30 +38,25 @@ impl LaneRx {
             broken: true,
             after_reject: false,
             rb: RecvBuf::new(256 << 10),
+            readable: false,
         }
     }
 
-    /// Whether the next reply can be handled without blocking long: bytes are buffered, the
-    /// stream is gone, or the socket becomes readable within `wait`.
-    pub(super) fn ready_within(&self, wait: Duration) -> bool {
+    /// `None` when the next reply can be handled now (bytes are buffered, the socket was seen
+    /// readable, or the stream is gone); otherwise the socket to wait on.
+    pub(super) fn poll_fd(&mut self) -> Option<RawFd> {
         let Some((st, _)) = self.stream.as_ref().filter(|_| !self.broken) else {
-            return true;
+            return None;
         };
-        if self.rb.available() > 0 {
-            return true;
+        if self.rb.available() > 0 || std::mem::take(&mut self.readable) {
+            return None;
         }
-        let mut pfd = libc::pollfd {
-            fd: st.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ts = libc::timespec {
-            tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_nsec: wait.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: one valid pollfd and a timespec on the stack for the duration of the call.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        r != 0
+        Some(st.as_raw_fd())
+    }
+
+    /// The socket was seen readable: the next reply has begun to arrive.
+    pub(super) fn mark_readable(&mut self) {
+        self.readable = true;
     }
 }
 
@@ -70,6 +68,7 @@ pub(super) fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>)
                 rx.stream = Some((s, generation));
                 rx.broken = false;
                 rx.after_reject = false;
+                rx.readable = false;
                 rx.rb = RecvBuf::new(256 << 10);
                 false
             }
@@ -97,7 +96,9 @@ pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Sli
         broken,
         after_reject,
         rb,
+        readable,
     } = rx;
+    *readable = false;
     let Some((st, generation)) = stream.as_ref().filter(|_| !*broken) else {
         if *after_reject {
             sh.resend(slice);

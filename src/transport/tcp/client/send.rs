@@ -77,12 +77,27 @@ impl LaneTx {
         batch: &mut Vec<Slice>,
         inline_rx: bool,
     ) {
+        let mine = self.send_collect(sh, lane, batch, inline_rx);
+        if !mine.is_empty() {
+            inline::receive(sh, &mut [(lane, &self.expect, mine.into_iter())]);
+        }
+    }
+
+    /// Like [`LaneTx::send`], but returns the slices whose replies the caller must read (in
+    /// order, with [`inline::receive`], while still holding this lane's sending half).
+    pub(super) fn send_collect(
+        &mut self,
+        sh: &Shared,
+        lane: usize,
+        batch: &mut Vec<Slice>,
+        inline_rx: bool,
+    ) -> Vec<(Slice, bool)> {
         // Acquire pairs with the Release in `Peer::drop`.
         if sh.shutdown.load(Ordering::Acquire) {
             batch
                 .drain(..)
                 .for_each(|s| s.done.finish(Err(ErrorKind::Shutdown)));
-            return;
+            return Vec::new();
         }
         // Acquire pairs with the receiver's Release when it marks a connection broken.
         if self.conn.is_some() && sh.broken[lane].load(Ordering::Acquire) == self.generation {
@@ -97,7 +112,7 @@ impl LaneTx {
                 batch
                     .drain(..)
                     .for_each(|s| s.done.finish(Err(ErrorKind::Socket)));
-                return;
+                return Vec::new();
             }
         }
         let stream = self.conn.as_ref().expect("connected").clone();
@@ -121,40 +136,14 @@ impl LaneTx {
             let _ = stream.shutdown(Shutdown::Both);
             self.conn = None;
         }
-        if !mine.is_empty() {
-            receive_inline(sh, lane, &self.expect, mine);
-        }
+        mine
     }
 }
-
-/// How long a submitting thread waits for its first (and each next) reply to begin arriving
-/// before it hands the rest to the lane's receiver thread.
-pub(super) const INLINE_WAIT: Duration = Duration::from_millis(2);
 
 /// Where the replies of a send are read: by the lane's receiver thread, or by the caller.
 pub(super) enum ReplyTo<'a> {
     Receiver(&'a Sender<Expect>),
     Caller(&'a mut Vec<(Slice, bool)>),
-}
-
-/// Reads the replies to `mine` on the calling thread, in order. Whatever has not begun to
-/// arrive within [`INLINE_WAIT`] goes to the receiver thread (still in order: the caller holds
-/// the lane's sending half, so nothing else is posted meanwhile).
-fn receive_inline(sh: &Shared, lane: usize, expect: &Sender<Expect>, mine: Vec<(Slice, bool)>) {
-    let deadline = Instant::now() + INLINE_WAIT;
-    let mut rx = sh.lane_rx(lane);
-    let mut it = mine.into_iter();
-    while let Some((s, vm)) = it.next() {
-        if !rx.ready_within(deadline.saturating_duration_since(Instant::now())) {
-            for (s, vm) in std::iter::once((s, vm)).chain(it) {
-                if let Err(Expect::Reply(s, _)) = sh.post(lane, expect, Expect::Reply(s, vm)) {
-                    s.done.finish(Err(ErrorKind::Shutdown));
-                }
-            }
-            return;
-        }
-        reply::handle_reply(sh, lane, &mut rx, s, vm);
-    }
 }
 
 pub(super) fn open_lane(
