@@ -45,9 +45,7 @@ impl LaneRx {
     /// `None` when the next reply can be handled now (bytes are buffered, the socket was seen
     /// readable, or the stream is gone); otherwise the socket to wait on.
     pub(super) fn poll_fd(&mut self) -> Option<RawFd> {
-        let Some((st, _)) = self.stream.as_ref().filter(|_| !self.broken) else {
-            return None;
-        };
+        let (st, _) = self.stream.as_ref().filter(|_| !self.broken)?;
         if self.rb.available() > 0 || std::mem::take(&mut self.readable) {
             return None;
         }
