@@ -49,7 +49,8 @@ pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) {
         if progressed {
             deadline = now + INLINE_WAIT;
         }
-        if now >= deadline || !wait_readable(&mut fds, deadline - now) {
+        if now >= deadline || !(poll_readable(&mut fds) || wait_readable(&mut fds, deadline - now))
+        {
             break;
         }
         for (i, r) in rx.iter_mut().enumerate() {
@@ -67,6 +68,25 @@ pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) {
                 s.done.finish(Err(ErrorKind::Shutdown));
             }
         }
+    }
+}
+
+/// How long a caller polls for a reply (yielding the CPU between polls) before it sleeps.
+const INLINE_POLL: Duration = Duration::from_micros(50);
+
+/// Polls `fds` for up to [`INLINE_POLL`], yielding between polls, as the batch latch does: on
+/// virtual machines a sleeping thread whose CPU went idle takes tens of microseconds to wake,
+/// while a polling one keeps its CPU awake and gives it to runnable threads meanwhile.
+fn poll_readable(fds: &mut [libc::pollfd]) -> bool {
+    let until = Instant::now() + INLINE_POLL;
+    loop {
+        if wait_readable(fds, Duration::ZERO) {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::yield_now();
     }
 }
 
