@@ -12,7 +12,8 @@ const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 #[derive(Default)]
 pub struct Latch {
     pending: AtomicU64,
-    lock: Mutex<()>,
+    /// Waiters asleep on `cv` (so that finishing needs no wake-up system call when none is).
+    lock: Mutex<u32>,
     cv: Condvar,
 }
 
@@ -28,9 +29,12 @@ impl Latch {
         // AcqRel: the last finisher sees every other finisher's writes, and the waiter's Acquire
         // load below sees ours.
         if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // Taking the lock orders this notify after a waiter's check-then-wait.
-            drop(self.lock.lock().unwrap_or_else(|e| e.into_inner()));
-            self.cv.notify_all();
+            // Taking the lock orders this check after a waiter's check-then-wait: a waiter not
+            // counted yet will see the latch idle before it sleeps.
+            let sleepers = *self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            if sleepers > 0 {
+                self.cv.notify_all();
+            }
             return true;
         }
         false
@@ -62,17 +66,23 @@ impl Latch {
                 return true;
             }
             match deadline {
-                None => guard = self.cv.wait(guard).unwrap_or_else(|e| e.into_inner()),
+                None => {
+                    *guard += 1;
+                    guard = self.cv.wait(guard).unwrap_or_else(|e| e.into_inner());
+                    *guard -= 1;
+                }
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         return false;
                     }
+                    *guard += 1;
                     guard = self
                         .cv
                         .wait_timeout(guard, d - now)
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
+                    *guard -= 1;
                 }
             }
         }

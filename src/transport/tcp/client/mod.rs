@@ -11,6 +11,7 @@
 //! queued slices at once and is not retried for `cooldown`. A lane reconnects only when the
 //! connection its receiver found broken is still the current one (generation numbers).
 
+mod inline;
 mod reply;
 mod send;
 
@@ -21,13 +22,13 @@ use crate::log::Level;
 use crate::memory::raw;
 use crate::transport::chan::{Receiver, Sender, TryRecvError, bounded, unbounded};
 use crate::transport::{Opcode, Slice, samehost};
-use reply::receiver_loop;
+use reply::{LaneRx, receiver_loop};
 use send::*;
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -102,6 +103,10 @@ struct Shared {
     /// Same-host path in use (turned off for good if the kernel refuses it).
     vm_on: AtomicBool,
     lanes_tx: Vec<Mutex<LaneTx>>,
+    lanes_rx: Vec<Mutex<LaneRx>>,
+    /// Per lane: messages posted to the receiver thread and not yet handled by it. Zero (seen
+    /// while holding the lane's sending half) means a submitting thread may read replies itself.
+    expected: Vec<AtomicUsize>,
     credit: Vec<Credit>,
 }
 
@@ -110,6 +115,23 @@ impl Shared {
         self.lanes_tx[lane]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lane_rx(&self, lane: usize) -> std::sync::MutexGuard<'_, LaneRx> {
+        self.lanes_rx[lane]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Posts `msg` to `lane`'s receiver thread, counting it as expected until handled.
+    fn post(&self, lane: usize, to: &Sender<Expect>, msg: Expect) -> Result<(), Expect> {
+        // Relaxed: the count is only read by the holder of the lane's sending half, which is
+        // also the only poster.
+        self.expected[lane].fetch_add(1, Ordering::Relaxed);
+        to.send(msg).map_err(|e| {
+            self.expected[lane].fetch_sub(1, Ordering::Relaxed);
+            e.into_inner()
+        })
     }
 }
 
@@ -212,9 +234,35 @@ pub(crate) const DIRECT_PAYLOAD: u64 = 64 << 10;
 /// Slices smaller than this stay on the socket even when the same-host path is on.
 const VM_MIN_BYTES: u64 = 64 << 10;
 
-/// Requests up to this many bytes in all may be written by the submitting thread itself when a
-/// lane is idle; larger ones are queued so that the lanes share them.
-const INLINE_MAX_BYTES: u64 = 64 << 10;
+/// Requests up to this many bytes in all may be sent, and their replies read, by the submitting
+/// thread itself when a lane is idle (the KV-cache block pattern: a few blocks of 64-256 KiB);
+/// larger ones are queued so that the lane threads share them without holding up the caller.
+const INLINE_MAX_BYTES: u64 = 2 << 20;
+
+/// Inline requests of at least this many bytes in all are spread over every idle lane (each
+/// lane's server thread sends or receives its part in parallel).
+const SPREAD_MIN_BYTES: u64 = 256 << 10;
+
+/// Cuts `slices` (`bytes` in all) into at most `parts` runs of consecutive slices with about
+/// the same number of bytes each.
+fn split_by_bytes(slices: Vec<Slice>, bytes: u64, parts: usize) -> Vec<Vec<Slice>> {
+    let mut out: Vec<Vec<Slice>> = Vec::with_capacity(parts);
+    let mut cur = Vec::new();
+    let (mut acc, mut done) = (0u64, 0u64);
+    let share = bytes.div_ceil(parts.max(1) as u64);
+    for s in slices {
+        acc += s.len;
+        cur.push(s);
+        if acc >= share * (done + 1) && out.len() + 1 < parts {
+            out.push(std::mem::take(&mut cur));
+            done += 1;
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
 
 impl crate::transport::Transport for Peer {
     fn path_name(&self) -> &'static str {
@@ -252,6 +300,8 @@ impl Peer {
             cooldown_until: Mutex::new(None),
             vm_on: AtomicBool::new(addr.vm_pid != 0 && addr.v2),
             lanes_tx,
+            lanes_rx: (0..lanes).map(|_| Mutex::new(LaneRx::new())).collect(),
+            expected: (0..lanes).map(|_| AtomicUsize::new(0)).collect(),
             credit: (0..lanes).map(|_| Credit::default()).collect(),
         });
         let mut peer = Peer {
@@ -286,9 +336,10 @@ impl Peer {
         }
     }
 
-    /// Sends `slices` from the calling thread when they are small, nothing is queued and a lane
-    /// is idle; queues them for the lanes otherwise.
-    pub fn submit_all(&self, mut slices: Vec<Slice>) {
+    /// Sends `slices` from the calling thread, and reads their replies there, when they are
+    /// small enough, nothing is queued and a lane is idle; spread over every idle lane when they
+    /// are large enough to gain from it. Queues them for the lanes otherwise.
+    pub fn submit_all(&self, slices: Vec<Slice>) {
         let sh = &self.shared;
         // GPU slices always go to the lanes: staging runs on a lane's own stream and buffers,
         // never on the application's thread.
@@ -297,16 +348,38 @@ impl Peer {
             .fold((0u64, false), |(b, g), s| (b + s.len, g || s.gpu.is_some()));
         if !gpu && bytes <= INLINE_MAX_BYTES && slices.len() <= sh.cfg.gather && sh.queue.is_empty()
         {
+            let spread = bytes >= SPREAD_MIN_BYTES && slices.len() > 1;
+            let mut idle = Vec::new();
             for (lane, m) in sh.lanes_tx.iter().enumerate() {
                 let guard = match m.try_lock() {
                     Ok(g) => Some(g),
                     Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
                     Err(std::sync::TryLockError::WouldBlock) => None,
                 };
-                if let Some(mut tx) = guard {
-                    tx.send(sh, lane, &mut slices);
-                    return;
+                if let Some(g) = guard {
+                    idle.push((lane, g));
+                    if !spread {
+                        break;
+                    }
                 }
+            }
+            if !idle.is_empty() {
+                let parts = split_by_bytes(slices, bytes, idle.len());
+                let mine: Vec<_> = idle
+                    .iter_mut()
+                    .zip(parts)
+                    .map(|((lane, tx), mut part)| tx.send_collect(sh, *lane, &mut part, true))
+                    .collect();
+                let mut lanes: Vec<inline::LaneReplies<'_>> = idle
+                    .iter()
+                    .zip(mine)
+                    .filter(|(_, m)| !m.is_empty())
+                    .map(|((lane, tx), m)| (*lane, &tx.expect, m.into_iter()))
+                    .collect();
+                if !lanes.is_empty() {
+                    inline::receive(sh, &mut lanes);
+                }
+                return;
             }
         }
         for s in slices {
@@ -350,7 +423,8 @@ impl Drop for Peer {
         }
         // Senders are gone; tell each receiver to finish what it expects and exit.
         for lane in 0..self.shared.lanes_tx.len() {
-            let _ = self.shared.lane_tx(lane).expect.send(Expect::Stop);
+            let tx = self.shared.lane_tx(lane);
+            let _ = self.shared.post(lane, &tx.expect, Expect::Stop);
         }
         for t in self.receivers.drain(..) {
             let _ = t.join();

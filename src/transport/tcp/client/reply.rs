@@ -2,6 +2,7 @@
 //! their slices.
 
 use super::*;
+use std::os::fd::RawFd;
 
 enum ReplyError {
     Rejected,
@@ -13,114 +14,175 @@ enum ReplyError {
     Io(std::io::Error),
 }
 
+/// The receiving half of a lane: the connection replies come on and the buffer they are read
+/// through. Its lock is held while replies are read, by the lane's receiver thread or by a
+/// submitting thread that sent on an idle lane and reads its own replies (inline round trip).
+pub(super) struct LaneRx {
+    /// Current stream and its generation.
+    stream: Option<(Arc<TcpStream>, u64)>,
+    broken: bool,
+    /// A request on the current stream was rejected: a Mooncake server closes the stream after
+    /// any rejection (ours after a rejected WRITE), so requests behind it were never executed
+    /// and are re-sent without using their one retry. Each rejection is final, so this is
+    /// bounded.
+    after_reject: bool,
+    rb: RecvBuf,
+    /// The socket was seen readable since the last reply was handled.
+    readable: bool,
+}
+
+impl LaneRx {
+    pub(super) fn new() -> LaneRx {
+        LaneRx {
+            stream: None,
+            broken: true,
+            after_reject: false,
+            rb: RecvBuf::new(256 << 10),
+            readable: false,
+        }
+    }
+
+    /// `None` when the next reply can be handled now (bytes are buffered, the socket was seen
+    /// readable, or the stream is gone); otherwise the socket to wait on.
+    pub(super) fn poll_fd(&mut self) -> Option<RawFd> {
+        let (st, _) = self.stream.as_ref().filter(|_| !self.broken)?;
+        if self.rb.available() > 0 || std::mem::take(&mut self.readable) {
+            return None;
+        }
+        Some(st.as_raw_fd())
+    }
+
+    /// The socket was seen readable: the next reply has begun to arrive.
+    pub(super) fn mark_readable(&mut self) {
+        self.readable = true;
+    }
+}
+
 pub(super) fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>) {
-    let mut stream: Option<(Arc<TcpStream>, u64)> = None;
-    let mut broken = true;
-    // A request on the current stream was rejected: a Mooncake server closes the stream after
-    // any rejection (ours after a rejected WRITE), so requests behind it were never executed
-    // and are re-sent without using their one retry. Each rejection is final, so this is bounded.
-    let mut after_reject = false;
-    let mut rb = RecvBuf::new(256 << 10);
     while let Ok(msg) = expect.recv() {
-        let (slice, vm) = match msg {
+        let mut rx = sh.lane_rx(lane);
+        let stop = match msg {
             Expect::Conn(s, generation) => {
-                stream = Some((s, generation));
-                broken = false;
-                after_reject = false;
-                rb = RecvBuf::new(256 << 10);
-                continue;
+                rx.stream = Some((s, generation));
+                rx.broken = false;
+                rx.after_reject = false;
+                rx.readable = false;
+                rx.rb = RecvBuf::new(256 << 10);
+                false
             }
-            Expect::Reply(s, vm) => (s, vm),
-            Expect::Stop => break,
-        };
-        let _credit = CreditBack(&sh.credit[lane], slice.len);
-        let Some((st, generation)) = stream.as_ref().filter(|_| !broken) else {
-            if after_reject {
-                sh.resend(slice);
-            } else {
-                sh.fail_or_retry(slice, ErrorKind::Socket, true);
+            Expect::Reply(s, vm) => {
+                handle_reply(sh, lane, &mut rx, s, vm);
+                false
             }
-            continue;
+            Expect::Stop => true,
         };
-        let end_stream = || {
-            // Release pairs with the sender's Acquire load: it reconnects only if this is still
-            // its current connection.
-            sh.broken[lane].store(*generation, Ordering::Release);
-            let _ = st.shutdown(Shutdown::Both);
-        };
-        let vm_pid = if vm { sh.addr.vm_pid } else { 0 };
-        match read_reply(sh.addr.v2, vm_pid, st, &mut rb, &slice) {
-            Ok(()) => {
-                let n = slice.len;
-                slice.done.finish(Ok(n));
+        // Release (under the lock): a submitting thread that sees the count at zero finds every
+        // effect of this message in `rx`.
+        sh.expected[lane].fetch_sub(1, Ordering::Release);
+        drop(rx);
+        if stop {
+            break;
+        }
+    }
+}
+
+/// Reads the reply for `slice` on the lane's current stream and finishes it.
+pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Slice, vm: bool) {
+    let _credit = CreditBack(&sh.credit[lane], slice.len);
+    let LaneRx {
+        stream,
+        broken,
+        after_reject,
+        rb,
+        readable,
+    } = rx;
+    *readable = false;
+    let Some((st, generation)) = stream.as_ref().filter(|_| !*broken) else {
+        if *after_reject {
+            sh.resend(slice);
+        } else {
+            sh.fail_or_retry(slice, ErrorKind::Socket, true);
+        }
+        return;
+    };
+    let end_stream = || {
+        // Release pairs with the sender's Acquire load: it reconnects only if this is still
+        // its current connection.
+        sh.broken[lane].store(*generation, Ordering::Release);
+        let _ = st.shutdown(Shutdown::Both);
+    };
+    let vm_pid = if vm { sh.addr.vm_pid } else { 0 };
+    match read_reply(sh.addr.v2, vm_pid, st, rb, &slice) {
+        Ok(()) => {
+            let n = slice.len;
+            slice.done.finish(Ok(n));
+        }
+        Err(ReplyError::VmRefused(e)) => {
+            tw_log!(
+                Level::Warn,
+                "same-host path to pid {} refused ({e}); using TCP",
+                sh.addr.vm_pid
+            );
+            sh.vm_on.store(false, Ordering::Relaxed);
+            sh.resend(slice);
+        }
+        Err(ReplyError::Local(e)) => {
+            tw_log!(Level::Error, "tcp: staging into GPU memory failed: {e}");
+            slice.done.finish(Err(e.kind()));
+        }
+        Err(ReplyError::Rejected) => {
+            tw_log!(
+                Level::Warn,
+                "tcp: {}:{} rejected {:#x}+{}",
+                sh.addr.host,
+                sh.addr.port,
+                slice.remote,
+                slice.len
+            );
+            *after_reject = true;
+            if slice.op == Opcode::Write {
+                // The payload that follows cannot be skipped: the stream is over.
+                *broken = true;
+                end_stream();
             }
-            Err(ReplyError::VmRefused(e)) => {
+            slice.done.finish(Err(ErrorKind::Rejected));
+        }
+        Err(ReplyError::Protocol(m)) => {
+            tw_log!(
+                Level::Error,
+                "tcp: protocol error from {}:{}: {m}",
+                sh.addr.host,
+                sh.addr.port
+            );
+            *broken = true;
+            end_stream();
+            slice.done.finish(Err(ErrorKind::Protocol));
+        }
+        Err(ReplyError::Io(e)) => {
+            let timed_out = matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            );
+            *broken = true;
+            end_stream();
+            if timed_out {
                 tw_log!(
                     Level::Warn,
-                    "same-host path to pid {} refused ({e}); using TCP",
-                    sh.addr.vm_pid
-                );
-                sh.vm_on.store(false, Ordering::Relaxed);
-                sh.resend(slice);
-            }
-            Err(ReplyError::Local(e)) => {
-                tw_log!(Level::Error, "tcp: staging into GPU memory failed: {e}");
-                slice.done.finish(Err(e.kind()));
-            }
-            Err(ReplyError::Rejected) => {
-                tw_log!(
-                    Level::Warn,
-                    "tcp: {}:{} rejected {:#x}+{}",
-                    sh.addr.host,
-                    sh.addr.port,
-                    slice.remote,
-                    slice.len
-                );
-                after_reject = true;
-                if slice.op == Opcode::Write {
-                    // The payload that follows cannot be skipped: the stream is over.
-                    broken = true;
-                    end_stream();
-                }
-                slice.done.finish(Err(ErrorKind::Rejected));
-            }
-            Err(ReplyError::Protocol(m)) => {
-                tw_log!(
-                    Level::Error,
-                    "tcp: protocol error from {}:{}: {m}",
+                    "tcp: {}:{} did not answer in time",
                     sh.addr.host,
                     sh.addr.port
                 );
-                broken = true;
-                end_stream();
-                slice.done.finish(Err(ErrorKind::Protocol));
-            }
-            Err(ReplyError::Io(e)) => {
-                let timed_out = matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                slice.done.finish(Err(ErrorKind::Timeout));
+            } else if *after_reject {
+                sh.resend(slice);
+            } else {
+                tw_log!(
+                    Level::Warn,
+                    "tcp: connection to {}:{} lost: {e}",
+                    sh.addr.host,
+                    sh.addr.port
                 );
-                broken = true;
-                end_stream();
-                if timed_out {
-                    tw_log!(
-                        Level::Warn,
-                        "tcp: {}:{} did not answer in time",
-                        sh.addr.host,
-                        sh.addr.port
-                    );
-                    slice.done.finish(Err(ErrorKind::Timeout));
-                } else if after_reject {
-                    sh.resend(slice);
-                } else {
-                    tw_log!(
-                        Level::Warn,
-                        "tcp: connection to {}:{} lost: {e}",
-                        sh.addr.host,
-                        sh.addr.port
-                    );
-                    sh.fail_or_retry(slice, ErrorKind::Socket, true);
-                }
+                sh.fail_or_retry(slice, ErrorKind::Socket, true);
             }
         }
     }

@@ -48,7 +48,7 @@ pub(super) fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>) {
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        sh.lane_tx(lane).send(sh, lane, &mut batch);
+        sh.lane_tx(lane).send(sh, lane, &mut batch, false);
     }
     if let Some(s) = sh.lane_tx(lane).conn.take() {
         let _ = s.shutdown(Shutdown::Both);
@@ -66,14 +66,38 @@ pub(super) struct LaneTx {
 }
 
 impl LaneTx {
-    /// Sends `batch` (emptied) on this lane, connecting first if needed.
-    pub(super) fn send(&mut self, sh: &Shared, lane: usize, batch: &mut Vec<Slice>) {
+    /// Sends `batch` (emptied) on this lane, connecting first if needed. With `inline_rx`, and
+    /// when nothing else awaits a reply on the lane, the calling thread also reads the replies
+    /// (one thread wake-up less per request, two fewer hand-offs); replies that have not begun
+    /// to arrive within [`INLINE_WAIT`] are handed to the receiver thread.
+    pub(super) fn send(
+        &mut self,
+        sh: &Shared,
+        lane: usize,
+        batch: &mut Vec<Slice>,
+        inline_rx: bool,
+    ) {
+        let mine = self.send_collect(sh, lane, batch, inline_rx);
+        if !mine.is_empty() {
+            inline::receive(sh, &mut [(lane, &self.expect, mine.into_iter())]);
+        }
+    }
+
+    /// Like [`LaneTx::send`], but returns the slices whose replies the caller must read (in
+    /// order, with [`inline::receive`], while still holding this lane's sending half).
+    pub(super) fn send_collect(
+        &mut self,
+        sh: &Shared,
+        lane: usize,
+        batch: &mut Vec<Slice>,
+        inline_rx: bool,
+    ) -> Vec<(Slice, bool)> {
         // Acquire pairs with the Release in `Peer::drop`.
         if sh.shutdown.load(Ordering::Acquire) {
             batch
                 .drain(..)
                 .for_each(|s| s.done.finish(Err(ErrorKind::Shutdown)));
-            return;
+            return Vec::new();
         }
         // Acquire pairs with the receiver's Release when it marks a connection broken.
         if self.conn.is_some() && sh.broken[lane].load(Ordering::Acquire) == self.generation {
@@ -88,11 +112,20 @@ impl LaneTx {
                 batch
                     .drain(..)
                     .for_each(|s| s.done.finish(Err(ErrorKind::Socket)));
-                return;
+                return Vec::new();
             }
         }
         let stream = self.conn.as_ref().expect("connected").clone();
-        if let Err(e) = send_batch(sh, lane, &stream, batch, &mut self.headers, &self.expect) {
+        // Acquire pairs with the receiver's Release: every reply it was given has been read.
+        let inline = inline_rx && sh.expected[lane].load(Ordering::Acquire) == 0;
+        let mut mine = Vec::new();
+        let to = if inline {
+            ReplyTo::Caller(&mut mine)
+        } else {
+            ReplyTo::Receiver(&self.expect)
+        };
+        let sent = send_batch(sh, lane, &stream, batch, &mut self.headers, to);
+        if let Err(e) = sent {
             tw_log!(
                 Level::Warn,
                 "tcp lane to {}:{}: send failed: {e}",
@@ -103,7 +136,14 @@ impl LaneTx {
             let _ = stream.shutdown(Shutdown::Both);
             self.conn = None;
         }
+        mine
     }
+}
+
+/// Where the replies of a send are read: by the lane's receiver thread, or by the caller.
+pub(super) enum ReplyTo<'a> {
+    Receiver(&'a Sender<Expect>),
+    Caller(&'a mut Vec<(Slice, bool)>),
 }
 
 pub(super) fn open_lane(
@@ -123,7 +163,8 @@ pub(super) fn open_lane(
             let s = Arc::new(s);
             sh.streams.lock().unwrap_or_else(|e| e.into_inner())[lane] = Some(s.clone());
             // The receiver switches to the new stream before any reply on it is expected.
-            expect.send(Expect::Conn(s.clone(), generation)).ok()?;
+            sh.post(lane, expect, Expect::Conn(s.clone(), generation))
+                .ok()?;
             Some(s)
         }
         Err(e) => {
@@ -147,7 +188,7 @@ pub(super) fn send_batch(
     stream: &TcpStream,
     batch: &mut Vec<Slice>,
     headers: &mut Vec<[u8; HEADER_LEN]>,
-    expect: &Sender<Expect>,
+    mut to: ReplyTo<'_>,
 ) -> std::io::Result<()> {
     let v2 = sh.addr.v2;
     // Relaxed: a stale value only means one more batch on the path that was just turned off,
@@ -185,13 +226,18 @@ pub(super) fn send_batch(
     for s in batch.drain(..) {
         if !v2 && s.op == Opcode::Write {
             v1_writes.push(s);
-        } else if let Err(e) = {
+        } else {
             let via_vm = vm(&s);
             sh.credit[lane].take(s.len);
-            expect.send(Expect::Reply(s, via_vm))
-        } {
-            if let Expect::Reply(s, _) = e.into_inner() {
-                s.done.finish(Err(ErrorKind::Shutdown));
+            match &mut to {
+                ReplyTo::Caller(mine) => mine.push((s, via_vm)),
+                ReplyTo::Receiver(expect) => {
+                    if let Err(Expect::Reply(s, _)) =
+                        sh.post(lane, expect, Expect::Reply(s, via_vm))
+                    {
+                        s.done.finish(Err(ErrorKind::Shutdown));
+                    }
+                }
             }
         }
     }

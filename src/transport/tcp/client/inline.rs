@@ -1,0 +1,102 @@
+//! Replies read by the submitting thread itself (inline round trip), on one lane or spread
+//! over several: whichever lane has a reply arriving is served first, each lane in order.
+
+use super::*;
+
+/// How long a submitting thread waits for the next reply to begin arriving before it hands the
+/// rest to the lanes' receiver threads.
+pub(super) const INLINE_WAIT: Duration = Duration::from_millis(2);
+
+/// Slices awaiting a reply on one lane: (lane, its receiver thread's queue, slices in order).
+pub(super) type LaneReplies<'a> = (usize, &'a Sender<Expect>, std::vec::IntoIter<(Slice, bool)>);
+
+/// Reads the replies of every lane in `lanes` on the calling thread. The caller holds each
+/// lane's sending half, so nothing else is posted to those lanes meanwhile; whatever has not
+/// begun to arrive within [`INLINE_WAIT`] of the last progress goes to the receiver threads,
+/// still in order.
+pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) {
+    let mut rx: Vec<_> = lanes.iter().map(|(lane, _, _)| sh.lane_rx(*lane)).collect();
+    let mut heads: Vec<Option<(Slice, bool)>> = lanes.iter_mut().map(|l| l.2.next()).collect();
+    let mut deadline = Instant::now() + INLINE_WAIT;
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(lanes.len());
+    loop {
+        let mut progressed = false;
+        fds.clear();
+        for i in 0..lanes.len() {
+            while heads[i].is_some() {
+                match rx[i].poll_fd() {
+                    None => {
+                        let (s, vm) = heads[i].take().expect("checked");
+                        reply::handle_reply(sh, lanes[i].0, &mut rx[i], s, vm);
+                        heads[i] = lanes[i].2.next();
+                        progressed = true;
+                    }
+                    Some(fd) => {
+                        fds.push(libc::pollfd {
+                            fd,
+                            events: libc::POLLIN,
+                            revents: 0,
+                        });
+                        break;
+                    }
+                }
+            }
+        }
+        if fds.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        if progressed {
+            deadline = now + INLINE_WAIT;
+        }
+        if now >= deadline || !(poll_readable(&mut fds) || wait_readable(&mut fds, deadline - now))
+        {
+            break;
+        }
+        for (i, r) in rx.iter_mut().enumerate() {
+            if let Some(fd) = r.poll_fd().filter(|_| heads[i].is_some()) {
+                if fds.iter().any(|p| p.fd == fd && p.revents != 0) {
+                    r.mark_readable();
+                }
+            }
+        }
+    }
+    // Hand the rest over, each lane in order.
+    for (i, (lane, expect, rest)) in lanes.iter_mut().enumerate() {
+        for (s, vm) in heads[i].take().into_iter().chain(rest) {
+            if let Err(Expect::Reply(s, _)) = sh.post(*lane, expect, Expect::Reply(s, vm)) {
+                s.done.finish(Err(ErrorKind::Shutdown));
+            }
+        }
+    }
+}
+
+/// How long a caller polls for a reply (yielding the CPU between polls) before it sleeps.
+const INLINE_POLL: Duration = Duration::from_micros(50);
+
+/// Polls `fds` for up to [`INLINE_POLL`], yielding between polls, as the batch latch does: on
+/// virtual machines a sleeping thread whose CPU went idle takes tens of microseconds to wake,
+/// while a polling one keeps its CPU awake and gives it to runnable threads meanwhile.
+fn poll_readable(fds: &mut [libc::pollfd]) -> bool {
+    let until = Instant::now() + INLINE_POLL;
+    loop {
+        if wait_readable(fds, Duration::ZERO) {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Waits up to `wait` for any of `fds` to become readable (or hung up). Returns whether one did.
+fn wait_readable(fds: &mut [libc::pollfd], wait: Duration) -> bool {
+    let ts = libc::timespec {
+        tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: wait.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `fds` is a live slice of pollfd and `ts` a timespec, both valid for the call.
+    let r = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, &ts, std::ptr::null()) };
+    r > 0
+}
