@@ -16,6 +16,7 @@
 use super::etcd::{EtcdClient, b64, int, prefix_end};
 use crate::error::{Error, ErrorKind, Result};
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 /// Most bytes in one batch or snapshot chunk before base64 (which adds a third).
 pub const MAX_VALUE: usize = 512 << 10;
@@ -43,9 +44,10 @@ pub struct Recovered {
     pub batches: u64,
 }
 
-/// A journal writer (the leader's). Not thread-safe by itself: one writer at a time.
-pub struct Journal<'c> {
-    client: &'c EtcdClient,
+/// A journal writer (the leader's). One writer at a time; see `etcd_journal_writer` for a
+/// thread-safe front with group commit.
+pub struct Journal {
+    client: Arc<EtcdClient>,
     prefix: String,
     fence: Fence,
     /// Sequence number of the next batch.
@@ -168,15 +170,15 @@ pub fn recover(client: &EtcdClient, prefix: &str) -> Result<(Recovered, u64)> {
     Ok((out, next_seq))
 }
 
-impl<'c> Journal<'c> {
+impl Journal {
     /// Reads the journal under `prefix` (see [`recover`]) and returns a writer that appends
     /// after it, fenced on `fence`, with what was recovered.
     pub fn open(
-        client: &'c EtcdClient,
+        client: Arc<EtcdClient>,
         prefix: &str,
         fence: Fence,
-    ) -> Result<(Journal<'c>, Recovered)> {
-        let (rec, next_seq) = recover(client, prefix)?;
+    ) -> Result<(Journal, Recovered)> {
+        let (rec, next_seq) = recover(&client, prefix)?;
         let bytes = rec.records.iter().map(|r| r.len() as u64).sum();
         let j = Journal {
             client,
