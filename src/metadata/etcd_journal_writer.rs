@@ -158,17 +158,33 @@ impl JournalWriter {
     /// writer has failed (the error says why: deposed leader, or etcd unreachable for longer
     /// than its deadlines).
     pub fn commit(&self, records: Vec<String>) -> Result<()> {
-        if records.is_empty() {
-            return Ok(());
-        }
+        let ticket = self.enqueue(records);
+        self.wait(ticket)
+    }
+
+    /// Queues records without waiting (callers that must order records under their own lock
+    /// queue there and [`wait`](Self::wait) after releasing it). Returns a ticket.
+    pub fn enqueue(&self, records: Vec<String>) -> u64 {
         let mut q = self.shared.lock();
+        if q.failed.is_none() && !records.is_empty() {
+            q.submitted += records.len() as u64;
+            q.pending.extend(records);
+            self.shared.work.notify_one();
+        }
+        q.submitted
+    }
+
+    /// A ticket covering everything queued so far.
+    pub fn ticket(&self) -> u64 {
+        self.shared.lock().submitted
+    }
+
+    /// Waits until every record up to `ticket` is durable, or the writer failed.
+    pub fn wait(&self, ticket: u64) -> Result<()> {
+        let q = self.shared.lock();
         if let Some(e) = &q.failed {
             return Err(e.clone());
         }
-        q.submitted += records.len() as u64;
-        let ticket = q.submitted;
-        q.pending.extend(records);
-        self.shared.work.notify_one();
         let q = self
             .shared
             .done
