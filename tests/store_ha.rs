@@ -16,7 +16,17 @@ use tidewire::metadata::etcd::EtcdClient;
 use tidewire::metadata::etcd_election::{master_view_key, read_leader};
 use tidewire::store::{StoreClient, StoreConfig, WriteConfig, code};
 
-const TTL: u64 = 2;
+/// Leader lease, seconds (`TW_HA_TEST_TTL` to measure with another, e.g. Mooncake's 5).
+static TTL_CELL: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+fn ttl() -> u64 {
+    *TTL_CELL.get_or_init(|| {
+        std::env::var("TW_HA_TEST_TTL")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2)
+    })
+}
 
 struct MasterProc {
     child: Child,
@@ -31,7 +41,7 @@ fn start_master(etcd: &Etcd, oplog: bool) -> MasterProc {
             "--enable_metric_reporting=false",
             "--enable_ha=true",
             &format!("--etcd_endpoints={}", etcd.endpoints()),
-            &format!("--ha_lease_ttl={TTL}"),
+            &format!("--ha_lease_ttl={}", ttl()),
             &format!("--enable_oplog={oplog}"),
         ])
         .stdout(Stdio::piped())
@@ -166,7 +176,7 @@ fn leader_sigkilled_under_load_with_oplog_keeps_every_acknowledged_object() {
         .expect("the leader is one of ours");
     let killed_at = Instant::now();
     drop(masters[i].take()); // SIGKILL
-    let (second, elected) = wait_for(Duration::from_secs(2 * TTL + 2), "a new leader", || {
+    let (second, elected) = wait_for(Duration::from_secs(2 * ttl() + 2), "a new leader", || {
         leader(&etcd).filter(|l| *l != first)
     });
     assert!(masters.iter().flatten().any(|m| m.addr == second));
@@ -187,7 +197,8 @@ fn leader_sigkilled_under_load_with_oplog_keeps_every_acknowledged_object() {
         .expect("clients continued after the failover");
     let after = acked.values().filter(|t| **t > killed_at).count();
     eprintln!(
-        "oplog failover (lease {TTL} s): new leader after {elected:?}; first acknowledged put after the kill {first_after:?}; {} puts acknowledged ({after} after the kill), {failures} failed",
+        "oplog failover (lease {} s): new leader after {elected:?}; first acknowledged put after the kill {first_after:?}; {} puts acknowledged ({after} after the kill), {failures} failed",
+        ttl(),
         acked.len()
     );
     assert!(after >= 10, "clients continue: {after}");
@@ -221,7 +232,7 @@ fn without_oplog_objects_are_lost_but_clients_remount_and_continue() {
         .position(|m| m.as_ref().is_some_and(|m| m.addr == first))
         .unwrap();
     drop(masters[i].take());
-    wait_for(Duration::from_secs(2 * TTL + 2), "a new leader", || {
+    wait_for(Duration::from_secs(2 * ttl() + 2), "a new leader", || {
         leader(&etcd).filter(|l| *l != first)
     });
     // The client finds the new leader and re-mounts its segment by itself.
@@ -272,7 +283,7 @@ fn a_client_whose_masters_vanished_gets_errors_not_hangs() {
     assert!(get(&c, "k").is_err());
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
     // No master at all: setup fails at once with a clear error.
-    std::thread::sleep(Duration::from_secs(TTL + 1));
+    std::thread::sleep(Duration::from_secs(ttl() + 1));
     let err = StoreClient::setup(&StoreConfig {
         master_server_address: format!("etcd://{}", etcd.endpoints()),
         global_segment_size: 0,

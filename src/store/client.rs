@@ -27,7 +27,7 @@ pub struct StoreConfig {
     pub protocol: String,
     /// RDMA device names (comma-separated), ignored for TCP.
     pub device_name: String,
-    /// Master `host:port`.
+    /// Master `host:port`, or `etcd://h1:p;h2:p` to follow the elected master (HA).
     pub master_server_address: String,
 }
 
