@@ -1,6 +1,7 @@
 //! Store master high availability on a real etcd: three `tidewire-master --enable_ha` processes,
 //! clients given `etcd://...` under a put/get load, the leader SIGKILLed. With `--enable_oplog`
-//! every acknowledged object stays readable; without it objects are lost but clients carry on;
+//! every acknowledged object stays readable; without it objects are lost but clients carry on
+//! (there with transfer-engine metadata on the same etcd);
 //! a standby refuses clients and names the leader; a client whose masters all vanished gets
 //! errors in bounded time.
 
@@ -86,9 +87,13 @@ fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) ->
 }
 
 fn client(master: &str, seg: u64) -> StoreClient {
+    client_on(master, seg, "P2PHANDSHAKE")
+}
+
+fn client_on(master: &str, seg: u64, metadata: &str) -> StoreClient {
     StoreClient::setup(&StoreConfig {
         local_hostname: "127.0.0.1".into(),
-        metadata_server: "P2PHANDSHAKE".into(),
+        metadata_server: metadata.into(),
         global_segment_size: seg,
         local_buffer_size: 16 << 20,
         protocol: "tcp".into(),
@@ -225,8 +230,12 @@ fn without_oplog_objects_are_lost_but_clients_remount_and_continue() {
     let mut masters: Vec<Option<MasterProc>> =
         (0..2).map(|_| Some(start_master(&etcd, false))).collect();
     let (first, _) = wait_for(Duration::from_secs(10), "a leader", || leader(&etcd));
-    let c = client(&format!("etcd://{}", etcd.endpoints()), 32 << 20);
+    // Transfer-engine metadata on the same etcd, as Mooncake deployments do.
+    let url = format!("etcd://{}", etcd.endpoints());
+    let c = client_on(&url, 32 << 20, &url);
+    let reader = client_on(&url, 0, &url);
     assert_eq!(put(&c, "before"), code::OK);
+    assert_eq!(get(&reader, "before").unwrap(), value("before"));
     let i = masters
         .iter()
         .position(|m| m.as_ref().is_some_and(|m| m.addr == first))
@@ -243,6 +252,7 @@ fn without_oplog_objects_are_lost_but_clients_remount_and_continue() {
     );
     eprintln!("without oplog: first put through the new leader {took:?} after it was elected");
     assert_eq!(get(&c, "after").unwrap(), value("after"));
+    assert_eq!(get(&reader, "after").unwrap(), value("after"));
     assert_eq!(get(&c, "before").unwrap_err(), code::OBJECT_NOT_FOUND);
 }
 

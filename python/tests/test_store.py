@@ -298,7 +298,7 @@ def test_setup_errors_and_dict_form():
     m = Master()
     try:
         s = MooncakeDistributedStore()
-        assert s.setup("127.0.0.1", "etcd://127.0.0.1:2379", 0, 1 << 20, "tcp", "",
+        assert s.setup("127.0.0.1", "redis://127.0.0.1:6379", 0, 1 << 20, "tcp", "",
                        m.address) == -600
         assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 1 << 20, "carrier-pigeon", "",
                        m.address) == -600
