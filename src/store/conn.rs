@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 const POOL_MAX: usize = 16;
 
+/// Pause between attempts to reach the leader during a failover.
+const HA_RETRY_PAUSE: Duration = Duration::from_millis(100);
+
 /// Words in a standby master's refusal; a client then looks for the leader again.
 pub const STANDBY_MARK: &str = "standby";
 const POOL_IDLE: Duration = Duration::from_secs(60);
@@ -186,34 +189,38 @@ impl MasterConn {
         }
     }
 
-    /// Sends once; with HA, when the master is gone or a standby, finds the leader and sends
-    /// once more.
+    /// Sends once; with HA, while the master in use is gone or a standby (a failover, or a
+    /// new leader still rebuilding its state), finds the leader again and resends, for at most
+    /// the connect timeout, then returns the last error.
     fn send(&self, req: &Request, one_way: bool) -> Result<Option<Reply>, StoreError> {
-        let first = self.send_once(req, one_way);
+        let mut last = self.send_once(req, one_way);
         if matches!(self.target, Target::Fixed) {
-            return first;
+            return last;
         }
-        let retry = match &first {
+        let retryable = |r: &Result<Option<Reply>, StoreError>| match r {
             Err(e) => e.code == code::RPC_FAIL || e.code == code::RPC_TIMEOUT,
             Ok(Some(Reply::Error { code: c, message })) => {
                 *c == code::RPC_FAIL && message.contains(STANDBY_MARK)
             }
             Ok(_) => false,
         };
-        if !retry {
-            return first;
+        let deadline = Instant::now() + self.connect_timeout;
+        while retryable(&last) && Instant::now() < deadline {
+            std::thread::sleep(HA_RETRY_PAUSE);
+            self.reset();
+            last = match self.find_leader() {
+                Ok(()) => self.send_once(req, one_way),
+                Err(e) => match last {
+                    Err(f) if !f.message.contains(&e.message) => Err(StoreError::new(
+                        f.code,
+                        format!("{}; {}", f.message, e.message),
+                    )),
+                    Err(f) => Err(f),
+                    Ok(_) => Err(e),
+                },
+            };
         }
-        self.reset();
-        match self.find_leader() {
-            Ok(()) => self.send_once(req, one_way),
-            Err(e) => match first {
-                Err(f) => Err(StoreError::new(
-                    f.code,
-                    format!("{}; {}", f.message, e.message),
-                )),
-                Ok(_) => Err(e),
-            },
-        }
+        last
     }
 
     fn send_once(&self, req: &Request, one_way: bool) -> Result<Option<Reply>, StoreError> {
