@@ -164,7 +164,7 @@ int main(void) {
     CHECK_RC(tw_store_register_buffer(client, NULL, 10), TW_STORE_INVALID_PARAMS);
     CHECK_RC(tw_store_get_size(client, NULL), TW_STORE_INVALID_PARAMS);
     tw_store *none = NULL;
-    CHECK_RC(tw_store_setup("127.0.0.1", "redis://x", 0, 0, "tcp", NULL, master, &none),
+    CHECK_RC(tw_store_setup("127.0.0.1", "redis://x:6379", 0, 0, "tcp", NULL, master, &none),
              TW_STORE_INVALID_PARAMS);
     CHECK(none == NULL, "no handle on failure");
 

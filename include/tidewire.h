@@ -717,9 +717,10 @@ size_t tw_last_error_message(char *buf, size_t len);
 
 /*
  Creates a store client (Mooncake's `setup`): starts an engine on `local_hostname` with
- `metadata_server` (`P2PHANDSHAKE` or `http://host:port/metadata`), maps and mounts a
- `global_segment_size` segment (0 = none), a `local_buffer_size` staging buffer, and connects
- to `master_server_address` (`host:port`). `protocol` is `tcp` or `rdma`; `device_name` may be
+ `metadata_server` (`P2PHANDSHAKE`, `http://host:port/metadata` or `etcd://h:p[;h:p]`), maps
+ and mounts a `global_segment_size` segment (0 = none), a `local_buffer_size` staging buffer,
+ and connects to `master_server_address` (`host:port`, or `etcd://h:p[;h:p]` to follow the
+ elected master). `protocol` is `tcp` or `rdma`; `device_name` may be
  NULL. On success writes the handle to `*out` (free it with `tw_store_free`).
 
  # Safety

@@ -1,10 +1,13 @@
 //! Leader election on a real etcd (started by the tests on 127.0.0.1): Mooncake's master_view
 //! key, one leader among three contenders, a leader cut off from etcd stepping down before a new
-//! one wins, resignation, a key written by someone else, a deleted key, etcd unreachable.
+//! one wins, resignation, a key written by someone else, a deleted key, etcd unreachable, and
+//! contender processes SIGKILLed one after another (the failover time in BENCHMARKS.md).
 
 mod common;
 use common::etcd::{Etcd, dead_port};
 use common::proxy::Proxy;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tidewire::ErrorKind;
 use tidewire::metadata::etcd::EtcdClient;
@@ -211,4 +214,85 @@ fn unreachable_etcd_is_a_clear_error_at_start() {
         lease_ttl: 5,
     });
     assert_eq!(empty.err().unwrap().kind(), ErrorKind::InvalidArgument);
+}
+
+const ROLE_VAR: &str = "TW_ELECTION_CHILD";
+
+/// Child entry point: one contender (`TW_ELECTION_CHILD` = `endpoints|key|value|ttl`) that
+/// runs until killed.
+#[test]
+#[ignore = "child process role, started by the other tests"]
+fn child_contender_main() {
+    let Ok(spec) = std::env::var(ROLE_VAR) else {
+        return;
+    };
+    let p: Vec<&str> = spec.split('|').collect();
+    let _e = contender(p[0], p[1], p[2], p[3].parse().unwrap());
+    println!("READY");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+fn spawn_contender(etcd: &Etcd, key: &str, value: &str, ttl: i64) -> Child {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_contender_main",
+            "--nocapture",
+            "--ignored",
+        ])
+        .env(ROLE_VAR, format!("{}|{key}|{value}|{ttl}", etcd.url()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("READY") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "contender exited early"
+        );
+    }
+    child
+}
+
+#[test]
+fn sigkilled_leader_processes_are_replaced_within_two_lease_periods() {
+    let etcd = Etcd::single();
+    let key = unique_key("procs");
+    let ttl = 5; // Mooncake's master_view lease
+    let values: Vec<String> = (0..3).map(|i| format!("127.0.0.1:{}", 51000 + i)).collect();
+    let mut children: Vec<Option<Child>> = values
+        .iter()
+        .map(|v| Some(spawn_contender(&etcd, &key, v, ttl)))
+        .collect();
+    let c = EtcdClient::new(&etcd.endpoints(), Duration::from_secs(2)).unwrap();
+    let leader_now = || read_leader(&c, &key).unwrap().map(|l| l.0);
+    wait_for(Duration::from_secs(10), "a first leader", || {
+        leader_now().is_some()
+    });
+    let mut times = Vec::new();
+    for _round in 0..2 {
+        let old = leader_now().unwrap();
+        let i = values.iter().position(|v| *v == old).unwrap();
+        // Let at least one renewal happen so the kill lands anywhere in the lease period.
+        std::thread::sleep(Duration::from_millis(2200));
+        let mut victim = children[i].take().expect("the leader is alive");
+        victim.kill().unwrap();
+        victim.wait().unwrap();
+        let took = wait_for(
+            Duration::from_secs(2 * ttl as u64 + 1),
+            "a new leader",
+            || leader_now().is_some_and(|v| v != old),
+        );
+        let new = leader_now().unwrap();
+        let j = values.iter().position(|v| *v == new).unwrap();
+        assert!(children[j].is_some(), "a live contender leads");
+        times.push(took);
+    }
+    eprintln!("leader failover after SIGKILL with a {ttl} s lease: {times:?}");
+    for mut c in children.into_iter().flatten() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }

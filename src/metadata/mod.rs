@@ -6,6 +6,8 @@ pub mod descriptor;
 pub mod etcd;
 pub mod etcd_cache;
 pub mod etcd_election;
+pub mod etcd_journal;
+pub mod etcd_journal_writer;
 pub mod etcd_store;
 pub mod etcd_watch;
 pub mod http;

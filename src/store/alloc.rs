@@ -102,6 +102,33 @@ impl OffsetAllocator {
         true
     }
 
+    /// Marks `[off, off+len)` allocated, as [`alloc`](Self::alloc) would have returned it (used
+    /// when a master rebuilds its state). `false`, changing nothing, unless the range is free.
+    pub fn reserve(&mut self, off: u64, len: u64) -> bool {
+        let Some(need) = round_up(len) else {
+            return false;
+        };
+        if need == 0 || off % ALIGN != 0 {
+            return false;
+        }
+        let Some((&run_off, &run)) = self.free.range(..=off).next_back() else {
+            return false;
+        };
+        if off.checked_add(need).is_none_or(|e| e > run_off + run) {
+            return false;
+        }
+        self.free.remove(&run_off);
+        if off > run_off {
+            self.free.insert(run_off, off - run_off);
+        }
+        let end = off + need;
+        if end < run_off + run {
+            self.free.insert(end, run_off + run - end);
+        }
+        self.used += need;
+        true
+    }
+
     /// Number of free runs (1 when nothing is allocated).
     pub fn free_runs(&self) -> usize {
         self.free.len()
@@ -131,6 +158,19 @@ mod tests {
         assert!(!a.free(1 << 20, 64), "out of range");
         assert!(!a.free(3, 64), "misaligned");
         assert_eq!(a.alloc(0), None);
+    }
+
+    #[test]
+    fn reserve_marks_exact_ranges() {
+        let mut a = OffsetAllocator::new(4096);
+        assert!(a.reserve(1024, 100));
+        assert!(!a.reserve(1024, 64), "taken");
+        assert!(!a.reserve(1000, 64), "misaligned");
+        assert!(!a.reserve(4096 - 64, 128), "past the end");
+        assert_eq!(a.alloc(1024), Some(0));
+        assert_eq!(a.alloc(64), Some(1152));
+        assert!(a.free(1024, 100));
+        assert_eq!(a.used(), 1024 + 64);
     }
 
     #[test]

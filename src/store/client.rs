@@ -17,7 +17,7 @@ use std::time::Duration;
 pub struct StoreConfig {
     /// Host (or `host:port`) this client's engine advertises; empty = the first LAN IPv4.
     pub local_hostname: String,
-    /// `P2PHANDSHAKE` or `http://host:port/metadata`.
+    /// `P2PHANDSHAKE`, `http://host:port/metadata`, or etcd (`etcd://h1:p;h2:p`).
     pub metadata_server: String,
     /// Bytes this client contributes to the pool (0 = pure client).
     pub global_segment_size: u64,
@@ -27,7 +27,7 @@ pub struct StoreConfig {
     pub protocol: String,
     /// RDMA device names (comma-separated), ignored for TCP.
     pub device_name: String,
-    /// Master `host:port`.
+    /// Master `host:port`, or `etcd://h1:p;h2:p` to follow the elected master (HA).
     pub master_server_address: String,
 }
 

@@ -9,12 +9,27 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const POOL_MAX: usize = 16;
+
+/// Pause between attempts to reach the leader during a failover.
+const HA_RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Words in a standby master's refusal; a client then looks for the leader again.
+pub const STANDBY_MARK: &str = "standby";
 const POOL_IDLE: Duration = Duration::from_secs(60);
 
-/// Connections to one master.
+/// How a client finds the master: a fixed `host:port`, or the leader named in etcd.
+enum Target {
+    Fixed,
+    Elected {
+        etcd: crate::metadata::etcd::EtcdClient,
+        key: String,
+    },
+}
+
+/// Connections to one master (with HA, to whichever master leads now).
 pub struct MasterConn {
-    host: String,
-    port: u16,
+    addr: Mutex<(String, u16)>,
+    target: Target,
     connect_timeout: Duration,
     rpc_timeout: Duration,
     pool: Mutex<Vec<(TcpStream, Instant)>>,
@@ -28,35 +43,91 @@ fn io_code(e: &std::io::Error) -> i32 {
 }
 
 impl MasterConn {
-    /// A connection pool for `host:port` (nothing is connected yet).
+    /// A connection pool for `host:port`, or for the elected master when the address is
+    /// `etcd://h1:p;h2:p` (the leader is read from etcd now, and again whenever the master in use
+    /// stops answering or says it is a standby). Nothing is connected yet.
     pub fn new(
         address: &str,
         connect_timeout: Duration,
         rpc_timeout: Duration,
     ) -> Result<MasterConn, StoreError> {
-        let (host, port) = crate::metadata::parse_host_port(address, 50051).map_err(|e| {
+        let bad = |e: crate::Error| {
             StoreError::new(
                 code::INVALID_PARAMS,
                 format!("master address {address:?}: {e}"),
             )
-        })?;
-        Ok(MasterConn {
-            host,
-            port,
+        };
+        let (target, addr) = match address.trim().strip_prefix("etcd://") {
+            Some(list) => {
+                let etcd =
+                    crate::metadata::etcd::EtcdClient::new(list, connect_timeout).map_err(bad)?;
+                let key = crate::metadata::etcd_election::master_view_key_from_env();
+                (Target::Elected { etcd, key }, (String::new(), 0))
+            }
+            None => (
+                Target::Fixed,
+                crate::metadata::parse_host_port(address, 50051).map_err(bad)?,
+            ),
+        };
+        let conn = MasterConn {
+            addr: Mutex::new(addr),
+            target,
             connect_timeout,
             rpc_timeout,
             pool: Mutex::default(),
-        })
+        };
+        if matches!(conn.target, Target::Elected { .. }) {
+            conn.find_leader()?;
+        }
+        Ok(conn)
+    }
+
+    /// HA: reads the leader from etcd and points the pool at it.
+    fn find_leader(&self) -> Result<(), StoreError> {
+        let Target::Elected { etcd, key } = &self.target else {
+            return Ok(());
+        };
+        let leader = crate::metadata::etcd_election::read_leader(etcd, key)
+            .map_err(|e| StoreError::new(code::RPC_FAIL, format!("finding the master: {e}")))?
+            .ok_or_else(|| {
+                StoreError::new(
+                    code::RPC_FAIL,
+                    format!("no master leads (etcd key {key} is empty)"),
+                )
+            })?;
+        let hp = crate::metadata::parse_host_port(&leader.0, 50051).map_err(|e| {
+            StoreError::new(
+                code::RPC_FAIL,
+                format!("leader address {:?}: {e}", leader.0),
+            )
+        })?;
+        let mut a = self.addr.lock().unwrap_or_else(|e| e.into_inner());
+        if *a != hp {
+            tw_log!(
+                crate::log::Level::Info,
+                "store: master is {}:{} (view {})",
+                hp.0,
+                hp.1,
+                leader.1
+            );
+            *a = hp;
+            drop(a);
+            self.reset();
+        }
+        Ok(())
     }
 
     fn fresh(&self) -> Result<TcpStream, StoreError> {
-        let s = crate::metadata::rpc::connect(&self.host, self.port, self.connect_timeout)
-            .map_err(|e| {
-                StoreError::new(
-                    code::RPC_FAIL,
-                    format!("master {}:{} unreachable: {e}", self.host, self.port),
-                )
-            })?;
+        let (host, port) = self.addr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if port == 0 {
+            return Err(StoreError::new(code::RPC_FAIL, "no master known"));
+        }
+        let s = crate::metadata::rpc::connect(&host, port, self.connect_timeout).map_err(|e| {
+            StoreError::new(
+                code::RPC_FAIL,
+                format!("master {host}:{port} unreachable: {e}"),
+            )
+        })?;
         let _ = s.set_nodelay(true);
         let _ = s.set_read_timeout(Some(self.rpc_timeout));
         let _ = s.set_write_timeout(Some(self.rpc_timeout));
@@ -118,7 +189,41 @@ impl MasterConn {
         }
     }
 
+    /// Sends once; with HA, while the master in use is gone or a standby (a failover, or a
+    /// new leader still rebuilding its state), finds the leader again and resends, for at most
+    /// the connect timeout, then returns the last error.
     fn send(&self, req: &Request, one_way: bool) -> Result<Option<Reply>, StoreError> {
+        let mut last = self.send_once(req, one_way);
+        if matches!(self.target, Target::Fixed) {
+            return last;
+        }
+        let retryable = |r: &Result<Option<Reply>, StoreError>| match r {
+            Err(e) => e.code == code::RPC_FAIL || e.code == code::RPC_TIMEOUT,
+            Ok(Some(Reply::Error { code: c, message })) => {
+                *c == code::RPC_FAIL && message.contains(STANDBY_MARK)
+            }
+            Ok(_) => false,
+        };
+        let deadline = Instant::now() + self.connect_timeout;
+        while retryable(&last) && Instant::now() < deadline {
+            std::thread::sleep(HA_RETRY_PAUSE);
+            self.reset();
+            last = match self.find_leader() {
+                Ok(()) => self.send_once(req, one_way),
+                Err(e) => match last {
+                    Err(f) if !f.message.contains(&e.message) => Err(StoreError::new(
+                        f.code,
+                        format!("{}; {}", f.message, e.message),
+                    )),
+                    Err(f) => Err(f),
+                    Ok(_) => Err(e),
+                },
+            };
+        }
+        last
+    }
+
+    fn send_once(&self, req: &Request, one_way: bool) -> Result<Option<Reply>, StoreError> {
         let body = proto::encode(req);
         if let Some(mut s) = self.pooled() {
             match self.exchange(&mut s, &body, one_way) {

@@ -18,6 +18,18 @@ pub struct Flags {
     pub http_metadata_server_host: String,
     pub http_metadata_server_port: u16,
     pub master: MasterConfig,
+    pub ha: Option<HaFlags>,
+}
+
+/// High availability through etcd (`--enable_ha`).
+#[derive(Debug, Clone)]
+pub struct HaFlags {
+    /// etcd endpoints (`h1:p;h2:p`).
+    pub endpoints: String,
+    /// Leader lease, seconds.
+    pub lease_ttl: i64,
+    /// Journal objects in etcd so that a new leader keeps them (`--enable_oplog`).
+    pub oplog: bool,
 }
 
 pub const USAGE: &str = "\
@@ -42,6 +54,11 @@ tidewire-master: the tidewire Store master (accepts mooncake_master's flags, -f=
   --metrics_port=P                   Prometheus text on /metrics (9003)
   --enable_metric_reporting=B        serve metrics (true)
   --memory_allocator=offset          accepted (offset is the only allocator)
+  --enable_ha=B                      elect one serving master through etcd (false)
+  --etcd_endpoints=H:P;H:P           etcd for HA (or --ha_backend_connstring)
+  --ha_backend_type=etcd             the only backend
+  --ha_lease_ttl=S                   leader lease, seconds (5)
+  --enable_oplog=B                   HA: keep objects in etcd across failover (false: lost)
   --help                             this text
 ";
 
@@ -100,6 +117,13 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
         http_metadata_server_host: "0.0.0.0".into(),
         http_metadata_server_port: 8080,
         master: MasterConfig::default(),
+        ha: None,
+    };
+    let mut enable_ha = false;
+    let mut ha = HaFlags {
+        endpoints: String::new(),
+        lease_ttl: 5,
+        oplog: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -116,7 +140,9 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
         if name == "help" || name == "h" {
             return Ok(None);
         }
-        const BOOLS: [&str; 4] = [
+        const BOOLS: [&str; 6] = [
+            "enable_ha",
+            "enable_oplog",
             "allow_evict_soft_pinned_objects",
             "enable_http_metadata_server",
             "enable_metric_reporting",
@@ -171,8 +197,33 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
             "rpc_enable_tcp_no_delay" => {
                 boolean(&name, v)?;
             }
+            "enable_ha" => enable_ha = boolean(&name, v)?,
+            "enable_oplog" => ha.oplog = boolean(&name, v)?,
+            "etcd_endpoints" => {
+                if ha.endpoints.is_empty() {
+                    ha.endpoints = v.to_string();
+                }
+            }
+            "ha_backend_connstring" => ha.endpoints = v.to_string(),
+            "ha_backend_type" => {
+                if v != "etcd" {
+                    return Err(format!("--ha_backend_type={v}: only etcd is supported"));
+                }
+            }
+            "ha_lease_ttl" => {
+                ha.lease_ttl = number(&name, v)?;
+                if !(1..=600).contains(&ha.lease_ttl) {
+                    return Err(format!("--ha_lease_ttl={v}: 1..=600 seconds"));
+                }
+            }
             other => return Err(format!("unknown flag --{other} (see --help)")),
         }
+    }
+    if enable_ha {
+        if ha.endpoints.trim().is_empty() {
+            return Err("--enable_ha needs --etcd_endpoints or --ha_backend_connstring".into());
+        }
+        f.ha = Some(ha);
     }
     Ok(Some(f))
 }
@@ -210,6 +261,45 @@ mod tests {
         assert!(f.enable_http_metadata_server);
         assert_eq!(f.http_metadata_server_port, 5556);
         assert_eq!(f.master.eviction_ratio, 0.0);
+    }
+
+    #[test]
+    fn ha_flags_as_mooncake_spells_them() {
+        let f = parse(&args(&["--enable_ha=true", "--etcd_endpoints=a:1;b:2"]))
+            .unwrap()
+            .unwrap();
+        let ha = f.ha.unwrap();
+        assert_eq!(
+            (ha.endpoints.as_str(), ha.lease_ttl, ha.oplog),
+            ("a:1;b:2", 5, false)
+        );
+        let f = parse(&args(&[
+            "--enable_ha",
+            "--ha_backend_connstring=c:3",
+            "--etcd_endpoints=a:1",
+            "--ha_lease_ttl=2",
+            "--enable_oplog",
+        ]))
+        .unwrap()
+        .unwrap();
+        let ha = f.ha.unwrap();
+        assert_eq!(
+            (ha.endpoints.as_str(), ha.lease_ttl, ha.oplog),
+            ("c:3", 2, true)
+        );
+        assert!(
+            parse(&args(&["--etcd_endpoints=a:1"]))
+                .unwrap()
+                .unwrap()
+                .ha
+                .is_none()
+        );
+        assert!(
+            parse(&args(&["--enable_ha=true"])).is_err(),
+            "needs endpoints"
+        );
+        assert!(parse(&args(&["--ha_backend_type=redis"])).is_err());
+        assert!(parse(&args(&["--ha_lease_ttl=0"])).is_err());
     }
 
     #[test]

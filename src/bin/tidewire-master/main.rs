@@ -3,6 +3,7 @@
 //! once ready, and runs until killed.
 
 mod flags;
+mod ha;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -24,6 +25,12 @@ fn bind(host: &str, port: u16, what: &str) -> Result<TcpListener, String> {
 
 fn run(f: flags::Flags) -> Result<(), String> {
     let master = Arc::new(Master::new(f.master.clone()));
+    if f.ha.is_some() {
+        master.set_standby(Some(format!(
+            "tidewire-master: {}; no leader elected yet",
+            tidewire::store::conn::STANDBY_MARK
+        )));
+    }
     let rpc = bind(&f.rpc_address, f.rpc_port, "rpc")?;
     let opts = ServerOptions {
         max_connections: f.rpc_thread_num,
@@ -88,6 +95,16 @@ fn run(f: flags::Flags) -> Result<(), String> {
         f.master.lease_ttl,
         f.master.client_ttl
     );
+    if let Some(ha) = &f.ha {
+        let host = match f.rpc_address.as_str() {
+            "0.0.0.0" | "::" | "" => {
+                tidewire::metadata::first_lan_ipv4().unwrap_or_else(|| "127.0.0.1".into())
+            }
+            h => h.to_string(),
+        };
+        let advertised = tidewire::metadata::join_host_port(&host, server.local_addr().port());
+        return Err(ha::run(master, ha, &advertised));
+    }
     loop {
         std::thread::park();
     }

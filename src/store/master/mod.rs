@@ -2,19 +2,21 @@
 //! object bytes. [`Master`] answers [`Request`]s; `server` serves them over TCP, `http` the
 //! optional HTTP metadata service and Prometheus metrics; `tidewire-master` wires them up.
 
+pub mod durable;
 pub mod http;
 pub mod metrics;
 pub mod objects;
 pub mod segments;
 pub mod server;
 
+use crate::metadata::etcd_journal_writer::JournalWriter;
 use crate::store::proto::{KeyVersion, Reply, Request, StartResult, code};
 use metrics::Metrics;
 use objects::Objects;
 use segments::{Segments, Strategy};
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// Master behaviour (mooncake_master's flags, same defaults).
@@ -68,6 +70,11 @@ pub struct Master {
     ticks: AtomicU64,
     /// Allocated bytes when the last watermark eviction freed nothing (skip until it changes).
     stuck_at: AtomicU64,
+    /// HA: while set, every request is refused with this message (a standby, or a leader still
+    /// rebuilding its state).
+    standby: RwLock<Option<String>>,
+    /// HA with durability: the journal this master's changes go to.
+    journal: OnceLock<Arc<JournalWriter>>,
 }
 
 impl Master {
@@ -81,12 +88,19 @@ impl Master {
             metrics: Metrics::default(),
             ticks: AtomicU64::new(0),
             stuck_at: AtomicU64::new(u64::MAX),
+            standby: RwLock::new(None),
+            journal: OnceLock::new(),
         }
     }
 
     /// The configuration.
     pub fn config(&self) -> &MasterConfig {
         &self.cfg
+    }
+
+    /// HA: refuse every request with `why` (`Some`), or serve (`None`).
+    pub fn set_standby(&self, why: Option<String>) {
+        *self.standby.write().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
     fn touch(&self, client_id: u64) {
@@ -104,9 +118,30 @@ impl Master {
                 message: m,
             });
         }
+        if let Some(why) = &*self.standby.read().unwrap_or_else(|e| e.into_inner()) {
+            return Some(Reply::Error {
+                code: code::RPC_FAIL,
+                message: why.clone(),
+            });
+        }
         let t0 = Instant::now();
         let name = req.name();
+        let mutating = !matches!(
+            req,
+            Request::Get { .. }
+                | Request::Exist { .. }
+                | Request::Ping { .. }
+                | Request::ReadDone { .. }
+        );
         let reply = self.dispatch(req);
+        if mutating {
+            if let Err(e) = self.journal_sync() {
+                return Some(Reply::Error {
+                    code: code::RPC_FAIL,
+                    message: format!("master: change not made durable: {e}"),
+                });
+            }
+        }
         self.metrics.record(name, t0.elapsed());
         reply
     }
@@ -121,7 +156,10 @@ impl Master {
             } => {
                 self.touch(client_id);
                 match self.segs.mount(client_id, &name, base, size) {
-                    Ok(_) => Reply::Ok,
+                    Ok(_) => {
+                        self.journal_mount(client_id, &name, base, size);
+                        Reply::Ok
+                    }
                     Err(c) => Reply::Error {
                         code: c,
                         message: format!("segment {name:?} is mounted by another client"),
@@ -240,6 +278,7 @@ impl Master {
     }
 
     fn unmount(&self, ids: &HashSet<u64>) {
+        self.journal_unmount(ids);
         for id in ids {
             self.segs.unmount(*id);
         }

@@ -7,7 +7,7 @@ use crate::store::proto::{GetResult, KeyVersion, PutItem, StartResult, WriteConf
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 const SHARDS: usize = 64;
@@ -53,10 +53,19 @@ struct Shard {
     retired: HashMap<u64, Retired>,
 }
 
+/// Receives a journal record (queued, not yet durable) while the key's shard is locked, so the
+/// records of one key are queued in the order its changes happened.
+pub type Sink = Box<dyn Fn(String) + Send + Sync>;
+
+/// A complete object as the journal keeps it: key, size, replicas, hard pin.
+pub type Durable = (String, u64, Vec<Replica>, bool);
+
 /// Every object.
 pub struct Objects {
     shards: Vec<Mutex<Shard>>,
     next_version: AtomicU64,
+    /// Set on a master that journals its objects (HA with durability).
+    pub sink: OnceLock<Sink>,
 }
 
 impl Default for Objects {
@@ -64,6 +73,7 @@ impl Default for Objects {
         Objects {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             next_version: AtomicU64::new(1),
+            sink: OnceLock::new(),
         }
     }
 }
@@ -175,6 +185,51 @@ impl Objects {
             .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    fn emit(&self, record: impl FnOnce() -> String) {
+        if let Some(sink) = self.sink.get() {
+            sink(record());
+        }
+    }
+
+    /// Every complete object (for a journal snapshot).
+    pub fn export(&self) -> Vec<Durable> {
+        let mut out = Vec::new();
+        for sh in self.all() {
+            for (k, o) in &sh.map {
+                if let Some(c) = &o.complete {
+                    out.push((k.clone(), c.size, c.replicas.clone(), o.hard_pin));
+                }
+            }
+        }
+        out
+    }
+
+    /// Installs a complete object rebuilt from the journal (replaces any value of the key).
+    pub fn restore(&self, (key, size, replicas, hard_pin): Durable, segs: &Segments) {
+        let now = Instant::now();
+        let id = self.version_id();
+        let mut sh = self.shard(&key);
+        let old = sh.map.insert(
+            key,
+            Object {
+                complete: Some(Version {
+                    id,
+                    size,
+                    replicas,
+                    readers: 0,
+                }),
+                pending: None,
+                lease_until: None,
+                hard_pin,
+                soft_pin_until: None,
+                last_access: now,
+            },
+        );
+        if let Some(c) = old.and_then(|o| o.complete) {
+            free_all(segs, &c.replicas);
+        }
+    }
+
     fn version_id(&self) -> u64 {
         self.next_version.fetch_add(1, Ordering::Relaxed)
     }
@@ -221,6 +276,8 @@ impl Objects {
                         .is_some_and(|c| c.size == size && c.readers == 0);
                 if in_place {
                     let mut v = o.complete.take().unwrap_or_else(|| unreachable!());
+                    // Its bytes are about to be overwritten: no longer durable until PutEnd.
+                    self.emit(|| super::durable::del_record(key));
                     v.id = self.version_id();
                     let result = StartResult {
                         code: code::OK,
@@ -293,6 +350,8 @@ impl Objects {
         let p = o.pending.take().unwrap_or_else(|| unreachable!());
         o.last_access = Instant::now();
         let lease = o.lease_until;
+        let hard_pin = o.hard_pin;
+        self.emit(|| super::durable::put_record(&kv.key, p.v.size, &p.v.replicas, hard_pin));
         if let Some(old) = o.complete.replace(p.v) {
             sh.drop_complete(segs, old, lease);
         }
@@ -387,8 +446,12 @@ impl Objects {
 
     /// Removes one key: `OBJECT_HAS_LEASE` under a lease unless `force`.
     pub fn remove(&self, key: &str, force: bool, segs: &Segments, cfg: &MasterConfig) -> i32 {
-        self.shard(key)
-            .try_remove(key, force, Instant::now(), segs, cfg)
+        let mut sh = self.shard(key);
+        let c = sh.try_remove(key, force, Instant::now(), segs, cfg);
+        if c == code::OK {
+            self.emit(|| super::durable::del_record(key));
+        }
+        c
     }
 
     /// Removes every key `pred` accepts (skipping leased ones unless `force`); returns the count.
@@ -405,6 +468,7 @@ impl Objects {
             let keys: Vec<String> = sh.map.keys().filter(|k| pred(k)).cloned().collect();
             for k in keys {
                 if sh.try_remove(&k, force, now, segs, cfg) == code::OK {
+                    self.emit(|| super::durable::del_record(&k));
                     n += 1;
                 }
             }

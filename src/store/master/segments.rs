@@ -161,6 +161,42 @@ impl Segments {
         (t.by_id.len(), used, cap)
     }
 
+    /// Every mounted segment: (client, name, base, size).
+    pub fn list(&self) -> Vec<(u64, String, u64, u64)> {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        t.by_id
+            .values()
+            .map(|s| (s.client_id, s.name.to_string(), s.base, s.size))
+            .collect()
+    }
+
+    /// Takes `[offset, offset+len)` of the segment `name` for a rebuilt replica.
+    pub fn reserve(&self, name: &str, offset: u64, len: u64) -> Option<Replica> {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let s = &t.by_id[t.by_name.get(name)?];
+        if !s
+            .alloc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reserve(offset, len)
+        {
+            return None;
+        }
+        Some(Replica {
+            seg: s.id,
+            endpoint: s.name.clone(),
+            offset,
+            addr: s.base + offset,
+            len,
+        })
+    }
+
+    /// Name of a mounted segment.
+    pub fn name_of(&self, id: u64) -> Option<String> {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        t.by_id.get(&id).map(|s| s.name.to_string())
+    }
+
     /// Returns a replica's buffer to its segment (ignored when the segment is gone).
     pub fn free(&self, r: &Replica) {
         let seg = self

@@ -1,0 +1,99 @@
+//! `--enable_ha`: the master campaigns for Mooncake's `master_view` key in etcd and serves only
+//! while it leads. A standby answers every request with an error naming the leader (clients
+//! given `etcd://...` then look the leader up again). On winning, a master with `--enable_oplog`
+//! rebuilds segments and objects from the journal before it serves. A leader that loses its
+//! lease stops serving at once and exits, to come back as a standby under its supervisor.
+
+use crate::flags::HaFlags;
+use std::sync::Arc;
+use std::time::Duration;
+use tidewire::metadata::etcd::EtcdClient;
+use tidewire::metadata::etcd_election::{Election, ElectionConfig, Role, master_view_key_from_env};
+use tidewire::metadata::etcd_journal::{Fence, Journal};
+use tidewire::metadata::etcd_journal_writer::{CompactPolicy, JournalWriter};
+use tidewire::store::conn::STANDBY_MARK;
+use tidewire::store::master::Master;
+
+fn journal_prefix() -> String {
+    let c = std::env::var("MC_STORE_CLUSTER_ID").unwrap_or_default();
+    let c = if c.trim().is_empty() {
+        "mooncake_cluster".to_string()
+    } else {
+        c.trim().to_string()
+    };
+    format!("tidewire-store/{c}/journal/")
+}
+
+fn take_over(master: &Arc<Master>, ha: &HaFlags, key: &str, view: i64) -> Result<(), String> {
+    if !ha.oplog {
+        return Ok(());
+    }
+    let client = Arc::new(
+        EtcdClient::new(&ha.endpoints, Duration::from_secs(3)).map_err(|e| e.to_string())?,
+    );
+    let fence = Fence {
+        key: key.to_string(),
+        create_revision: view,
+    };
+    let (journal, rec) =
+        Journal::open(client, &journal_prefix(), fence).map_err(|e| e.to_string())?;
+    let (segs, objs) = master.restore(&rec)?;
+    eprintln!(
+        "tidewire-master: restored {segs} segment(s) and {objs} object(s) from the journal ({} record(s) after the snapshot)",
+        rec.records.len()
+    );
+    let m = master.clone();
+    let writer = JournalWriter::start(
+        journal,
+        Box::new(move || m.snapshot_json()),
+        CompactPolicy::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    master.attach_journal(Arc::new(writer));
+    Ok(())
+}
+
+/// Campaigns and gates `master`; returns only on a fatal error (the process then exits).
+pub fn run(master: Arc<Master>, ha: &HaFlags, advertised: &str) -> String {
+    let key = master_view_key_from_env();
+    let election = match Election::start(ElectionConfig {
+        endpoints: ha.endpoints.clone(),
+        key: key.clone(),
+        value: advertised.to_string(),
+        lease_ttl: ha.lease_ttl,
+    }) {
+        Ok(e) => e,
+        Err(e) => return e.to_string(),
+    };
+    let mut generation = 0;
+    let mut leading = false;
+    loop {
+        let st = election.wait_change(generation, Duration::from_millis(100));
+        generation = st.generation;
+        if leading {
+            if !election.is_leader() {
+                master.set_standby(Some(format!(
+                    "tidewire-master: {STANDBY_MARK}; lost leadership"
+                )));
+                return "lost leadership (lease not renewed); exiting".into();
+            }
+            continue;
+        }
+        match st.role {
+            Role::Leader { view_version } if election.is_leader() => {
+                if let Err(e) = take_over(&master, ha, &key, view_version) {
+                    return format!("taking over: {e}");
+                }
+                master.set_standby(None);
+                leading = true;
+                eprintln!("tidewire-master: leading as {advertised} (view {view_version})");
+            }
+            Role::Follower(l) => master.set_standby(Some(format!(
+                "tidewire-master: {STANDBY_MARK}; the leader is {l}"
+            ))),
+            _ => master.set_standby(Some(format!(
+                "tidewire-master: {STANDBY_MARK}; no leader elected yet"
+            ))),
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! A leader's durable journal in etcd: an append-only log of records (opaque strings, e.g. JSON)
+//! plus snapshots that replace the log they cover, so a successor can rebuild the state.
+//!
+//! Keys under one prefix:
+//! - `log/<seq, 16 hex digits>`: one batch, a JSON array of records, written create-only;
+//! - `snap/<seq>/<chunk, 8 hex digits>`: a snapshot taken after batch `seq`, in chunks;
+//! - `head`: `{"snapshot":seq,"chunks":n}` naming the current snapshot (absent before the first).
+//!
+//! Every write that matters is a transaction fenced on the leader key: it succeeds only while
+//! that key still has the create revision the writer won with, so a deposed leader cannot append.
+//! Each request stays far below etcd's 1.5 MiB request limit (batches and chunks hold at most
+//! [`MAX_VALUE`] bytes before base64) and uses a handful of operations (the limit is 128). A
+//! snapshot makes the log it covers and the previous snapshot garbage; [`Journal::compact`]
+//! deletes them, so what the journal holds stays near one snapshot plus the batches since.
+
+use super::etcd::{EtcdClient, b64, int, prefix_end};
+use crate::error::{Error, ErrorKind, Result};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Most bytes in one batch or snapshot chunk before base64 (which adds a third).
+pub const MAX_VALUE: usize = 512 << 10;
+
+/// Batches or chunks read per range request (bounds each answer to a few MiB).
+const PAGE: i64 = 8;
+
+/// Who may write: the leader key and the create revision this leader won it with.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    /// The leader key.
+    pub key: String,
+    /// Its create revision when this leader won (the view version).
+    pub create_revision: i64,
+}
+
+/// What a successor reads back.
+#[derive(Debug, Clone, Default)]
+pub struct Recovered {
+    /// The latest snapshot, if one was taken.
+    pub snapshot: Option<String>,
+    /// Records appended after it, oldest first.
+    pub records: Vec<String>,
+    /// Batches after the snapshot.
+    pub batches: u64,
+}
+
+/// A journal writer (the leader's). One writer at a time; see `etcd_journal_writer` for a
+/// thread-safe front with group commit.
+pub struct Journal {
+    client: Arc<EtcdClient>,
+    prefix: String,
+    fence: Fence,
+    /// Sequence number of the next batch.
+    next_seq: u64,
+    /// Batches since the current snapshot and their bytes.
+    batches: u64,
+    bytes: u64,
+}
+
+fn seq_key(prefix: &str, seq: u64) -> String {
+    format!("{prefix}log/{seq:016x}")
+}
+
+fn not_leader(fence: &Fence) -> Error {
+    Error::new(
+        ErrorKind::Metadata,
+        format!(
+            "journal: no longer the leader ({} is not at revision {})",
+            fence.key, fence.create_revision
+        ),
+    )
+}
+
+fn decode_batch(raw: &[u8], key: &[u8]) -> Result<Vec<String>> {
+    serde_json::from_slice(raw).map_err(|e| {
+        Error::new(
+            ErrorKind::Metadata,
+            format!(
+                "journal batch {}: not a JSON array of strings: {e}",
+                String::from_utf8_lossy(key)
+            ),
+        )
+    })
+}
+
+/// Reads every key in `[from, end)` page by page, oldest first.
+fn scan(
+    client: &EtcdClient,
+    from: &[u8],
+    end: &[u8],
+    mut f: impl FnMut(&[u8], &[u8]) -> Result<()>,
+) -> Result<()> {
+    let mut from = from.to_vec();
+    loop {
+        let r = client.range(&from, end, PAGE)?;
+        let n = r.kvs.len();
+        for kv in &r.kvs {
+            f(&kv.key, &kv.value)?;
+        }
+        match r.kvs.last() {
+            Some(last) if (n as i64) < r.count => {
+                from = last.key.clone();
+                from.push(0);
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Reads the journal under `prefix`: the current snapshot and every batch after it, checking
+/// that none is missing.
+pub fn recover(client: &EtcdClient, prefix: &str) -> Result<(Recovered, u64)> {
+    let (head, _) = client.get(format!("{prefix}head").as_bytes())?;
+    let mut out = Recovered::default();
+    let mut next_seq = 0u64;
+    if let Some(head) = head {
+        let h: Value = serde_json::from_slice(&head.value)
+            .map_err(|e| Error::new(ErrorKind::Metadata, format!("journal head: {e}")))?;
+        let seq = int(&h["snapshot"]) as u64;
+        let chunks = int(&h["chunks"]) as usize;
+        let snap_prefix = format!("{prefix}snap/{seq:016x}/");
+        let mut text = Vec::new();
+        let mut got = 0usize;
+        scan(
+            client,
+            snap_prefix.as_bytes(),
+            &prefix_end(snap_prefix.as_bytes()),
+            |_, v| {
+                text.extend_from_slice(v);
+                got += 1;
+                Ok(())
+            },
+        )?;
+        if got != chunks {
+            return Err(Error::new(
+                ErrorKind::Metadata,
+                format!("journal snapshot {seq:x}: {got} of {chunks} chunks present"),
+            ));
+        }
+        out.snapshot = Some(String::from_utf8(text).map_err(|e| {
+            Error::new(
+                ErrorKind::Metadata,
+                format!("journal snapshot {seq:x}: {e}"),
+            )
+        })?);
+        next_seq = seq + 1;
+    }
+    let log_prefix = format!("{prefix}log/");
+    scan(
+        client,
+        seq_key(prefix, next_seq).as_bytes(),
+        &prefix_end(log_prefix.as_bytes()),
+        |k, v| {
+            let want = seq_key(prefix, next_seq);
+            if k != want.as_bytes() {
+                return Err(Error::new(
+                    ErrorKind::Metadata,
+                    format!(
+                        "journal: batch {want} missing (found {})",
+                        String::from_utf8_lossy(k)
+                    ),
+                ));
+            }
+            out.records.extend(decode_batch(v, k)?);
+            out.batches += 1;
+            next_seq += 1;
+            Ok(())
+        },
+    )?;
+    Ok((out, next_seq))
+}
+
+impl Journal {
+    /// Reads the journal under `prefix` (see [`recover`]) and returns a writer that appends
+    /// after it, fenced on `fence`, with what was recovered.
+    pub fn open(
+        client: Arc<EtcdClient>,
+        prefix: &str,
+        fence: Fence,
+    ) -> Result<(Journal, Recovered)> {
+        let (rec, next_seq) = recover(&client, prefix)?;
+        let bytes = rec.records.iter().map(|r| r.len() as u64).sum();
+        let j = Journal {
+            client,
+            prefix: prefix.to_string(),
+            fence,
+            next_seq,
+            batches: rec.batches,
+            bytes,
+        };
+        Ok((j, rec))
+    }
+
+    /// Batches and bytes appended since the last snapshot (for deciding when to compact).
+    pub fn backlog(&self) -> (u64, u64) {
+        (self.batches, self.bytes)
+    }
+
+    fn fence_cmp(&self) -> Value {
+        json!({"key": b64(self.fence.key.as_bytes()), "target": "CREATE", "result": "EQUAL",
+               "create_revision": self.fence.create_revision.to_string()})
+    }
+
+    /// Writes `value` at `key` if this leader still holds the key and `key` does not exist yet.
+    /// A retried write that already landed (same value there) counts as done.
+    fn put_fenced(&self, key: &str, value: &[u8], create_only: bool) -> Result<()> {
+        let mut compare = vec![self.fence_cmp()];
+        if create_only {
+            compare.push(json!({"key": b64(key.as_bytes()), "target": "CREATE",
+                                "result": "EQUAL", "create_revision": "0"}));
+        }
+        let req = json!({
+            "compare": compare,
+            "success": [{"request_put": {"key": b64(key.as_bytes()), "value": b64(value)}}],
+            "failure": [{"request_range": {"key": b64(self.fence.key.as_bytes())}},
+                        {"request_range": {"key": b64(key.as_bytes())}}],
+        });
+        let v = self.client.call("/v3/kv/txn", &req)?;
+        if v["succeeded"].as_bool().unwrap_or(false) {
+            return Ok(());
+        }
+        let leader = &v["responses"][0]["response_range"]["kvs"][0];
+        if int(&leader["create_revision"]) != self.fence.create_revision {
+            return Err(not_leader(&self.fence));
+        }
+        let there = super::etcd::key_value(&v["responses"][1]["response_range"]["kvs"][0])?;
+        if there.value == value {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Metadata,
+            format!("journal: {key} already holds another batch"),
+        ))
+    }
+
+    /// Appends records durably, in as few batches as [`MAX_VALUE`] allows. Fails when this
+    /// leader was deposed or a record alone exceeds [`MAX_VALUE`].
+    pub fn append(&mut self, records: &[String]) -> Result<()> {
+        let mut i = 0;
+        while i < records.len() {
+            let mut batch: Vec<&String> = Vec::new();
+            let mut size = 2;
+            while i < records.len() {
+                let r = &records[i];
+                let cost = serde_json::to_string(r).map(|s| s.len()).unwrap_or(r.len()) + 1;
+                if cost + 2 > MAX_VALUE {
+                    return Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!("journal: a record of {} bytes exceeds {MAX_VALUE}", r.len()),
+                    ));
+                }
+                if size + cost > MAX_VALUE {
+                    break;
+                }
+                size += cost;
+                batch.push(r);
+                i += 1;
+            }
+            let value = serde_json::to_vec(&batch)
+                .map_err(|e| Error::new(ErrorKind::Internal, format!("journal batch: {e}")))?;
+            let key = seq_key(&self.prefix, self.next_seq);
+            self.put_fenced(&key, &value, true)?;
+            self.next_seq += 1;
+            self.batches += 1;
+            self.bytes += value.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Stores `snapshot` (the whole state after everything appended so far) and deletes the log
+    /// it covers and the previous snapshot.
+    pub fn compact(&mut self, snapshot: &str) -> Result<()> {
+        let covers = self.next_seq;
+        // The snapshot takes the sequence number of a batch that is never written, so its
+        // chunks can never collide with a half-written earlier snapshot.
+        self.next_seq += 1;
+        let snap_prefix = format!("{}snap/{covers:016x}/", self.prefix);
+        let mut chunks = 0u32;
+        for piece in split_utf8(snapshot, MAX_VALUE) {
+            let key = format!("{snap_prefix}{chunks:08x}");
+            self.put_fenced(&key, piece.as_bytes(), false)?;
+            chunks += 1;
+        }
+        let head = json!({"snapshot": covers, "chunks": chunks}).to_string();
+        self.put_fenced(&format!("{}head", self.prefix), head.as_bytes(), false)?;
+        self.batches = 0;
+        self.bytes = 0;
+        // Garbage now: older batches and snapshots (a failure here only leaves garbage behind,
+        // which the next compaction removes).
+        let log = self.prefix.clone() + "log/";
+        self.client
+            .delete_range(log.as_bytes(), seq_key(&self.prefix, covers).as_bytes())?;
+        let snaps = self.prefix.clone() + "snap/";
+        self.client
+            .delete_range(snaps.as_bytes(), snap_prefix.as_bytes())?;
+        Ok(())
+    }
+}
+
+/// Splits `s` into pieces of at most `max` bytes on character boundaries.
+fn split_utf8(s: &str, max: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(max);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (a, b) = rest.split_at(cut);
+        out.push(a);
+        rest = b;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_respect_char_boundaries() {
+        let s = "aé".repeat(10);
+        let parts = split_utf8(&s, 4);
+        assert!(parts.iter().all(|p| p.len() <= 4));
+        assert_eq!(parts.concat(), s);
+        assert!(split_utf8("", 4).is_empty());
+        assert_eq!(seq_key("p/", 255), "p/log/00000000000000ff");
+    }
+}

@@ -1,0 +1,213 @@
+//! A thread-safe front for a [`Journal`]: callers hand records to [`JournalWriter::commit`] and
+//! block until they are durable in etcd; one writer thread appends whatever is queued as one
+//! group (so concurrent callers share a round trip) and, when the log since the last snapshot
+//! grows past the policy, takes a snapshot through the owner's callback and compacts.
+//!
+//! Records should be idempotent "set" or "delete" operations on the owner's state: the snapshot
+//! is taken while callers keep mutating that state, so it may already reflect some records that
+//! are replayed after it; replaying them in order still ends in the right state.
+//!
+//! Once a write is fenced off (another leader took over), every later commit fails at once.
+
+use super::etcd_journal::Journal;
+use crate::error::{Error, ErrorKind, Result};
+use crate::log::Level;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// When to replace the log by a snapshot.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactPolicy {
+    /// Batches since the last snapshot.
+    pub max_batches: u64,
+    /// Bytes of batches since the last snapshot.
+    pub max_bytes: u64,
+}
+
+impl Default for CompactPolicy {
+    fn default() -> Self {
+        CompactPolicy {
+            max_batches: 256,
+            max_bytes: 32 << 20,
+        }
+    }
+}
+
+/// Produces the owner's whole state as one string.
+pub type SnapshotFn = Box<dyn Fn() -> String + Send>;
+
+/// Retries of a group that etcd did not take (an unreachable cluster, an election in etcd).
+const RETRIES: u32 = 10;
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(300);
+
+fn is_fenced(e: &Error) -> bool {
+    e.message().contains("no longer the leader")
+}
+
+struct Queue {
+    pending: VecDeque<String>,
+    /// Tickets: records handed in so far / made durable so far.
+    submitted: u64,
+    durable: u64,
+    /// Set for good once a write fails (fenced, or etcd kept failing).
+    failed: Option<Error>,
+    stop: bool,
+}
+
+struct Shared {
+    q: Mutex<Queue>,
+    work: Condvar,
+    done: Condvar,
+}
+
+/// The group-commit writer. Dropping it stops the thread after the queued records are written.
+pub struct JournalWriter {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.q.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn run(&self, mut journal: Journal, snapshot: SnapshotFn, policy: CompactPolicy) {
+        loop {
+            let group: Vec<String> = {
+                let q = self.lock();
+                let mut q = self
+                    .work
+                    .wait_while(q, |q| q.pending.is_empty() && !q.stop)
+                    .unwrap_or_else(|e| e.into_inner());
+                if q.pending.is_empty() {
+                    return; // stopping, nothing left
+                }
+                q.pending.drain(..).collect()
+            };
+            let n = group.len() as u64;
+            let mut result = journal.append(&group);
+            for _ in 0..RETRIES {
+                match &result {
+                    Err(e) if e.kind() == ErrorKind::Metadata && !is_fenced(e) => {
+                        std::thread::sleep(RETRY_PAUSE);
+                        // Replaying records that already landed is harmless (see above).
+                        result = journal.append(&group);
+                    }
+                    _ => break,
+                }
+            }
+            let mut q = self.lock();
+            match result {
+                Ok(()) => q.durable += n,
+                Err(e) => {
+                    tw_log!(Level::Error, "journal: {e}; no more writes");
+                    q.failed = Some(e);
+                    q.pending.clear();
+                    self.done.notify_all();
+                    return;
+                }
+            }
+            self.done.notify_all();
+            drop(q);
+            let (batches, bytes) = journal.backlog();
+            if batches >= policy.max_batches || bytes >= policy.max_bytes {
+                if let Err(e) = journal.compact(&snapshot()) {
+                    tw_log!(Level::Warn, "journal: compaction failed: {e}");
+                    if is_fenced(&e) {
+                        self.lock().failed = Some(e);
+                        self.done.notify_all();
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl JournalWriter {
+    /// Starts the writer thread over `journal`.
+    pub fn start(
+        journal: Journal,
+        snapshot: SnapshotFn,
+        policy: CompactPolicy,
+    ) -> Result<JournalWriter> {
+        let shared = Arc::new(Shared {
+            q: Mutex::new(Queue {
+                pending: VecDeque::new(),
+                submitted: 0,
+                durable: 0,
+                failed: None,
+                stop: false,
+            }),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let s2 = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("tw-journal".into())
+            .spawn(move || s2.run(journal, snapshot, policy))
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("journal thread: {e}")))?;
+        Ok(JournalWriter {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues `records` and waits until they are durable. Fails, without waiting, once the
+    /// writer has failed (the error says why: deposed leader, or etcd unreachable for longer
+    /// than its deadlines).
+    pub fn commit(&self, records: Vec<String>) -> Result<()> {
+        let ticket = self.enqueue(records);
+        self.wait(ticket)
+    }
+
+    /// Queues records without waiting (callers that must order records under their own lock
+    /// queue there and [`wait`](Self::wait) after releasing it). Returns a ticket.
+    pub fn enqueue(&self, records: Vec<String>) -> u64 {
+        let mut q = self.shared.lock();
+        if q.failed.is_none() && !records.is_empty() {
+            q.submitted += records.len() as u64;
+            q.pending.extend(records);
+            self.shared.work.notify_one();
+        }
+        q.submitted
+    }
+
+    /// A ticket covering everything queued so far.
+    pub fn ticket(&self) -> u64 {
+        self.shared.lock().submitted
+    }
+
+    /// Waits until every record up to `ticket` is durable, or the writer failed.
+    pub fn wait(&self, ticket: u64) -> Result<()> {
+        let q = self.shared.lock();
+        if let Some(e) = &q.failed {
+            return Err(e.clone());
+        }
+        let q = self
+            .shared
+            .done
+            .wait_while(q, |q| q.durable < ticket && q.failed.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        match &q.failed {
+            Some(e) if q.durable < ticket => Err(e.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The error that stopped the writer, if any.
+    pub fn failure(&self) -> Option<Error> {
+        self.shared.lock().failed.clone()
+    }
+}
+
+impl Drop for JournalWriter {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.work.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

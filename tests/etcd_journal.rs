@@ -1,0 +1,220 @@
+//! The leader's journal on a real etcd: batches within etcd's request limit, snapshots in chunks
+//! that replace the log they cover (garbage deleted), a deposed writer fenced off, a successor
+//! reading back exactly what was written, concurrent committers sharing group commits while
+//! snapshots are taken.
+
+mod common;
+use common::etcd::Etcd;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+use tidewire::ErrorKind;
+use tidewire::metadata::etcd::EtcdClient;
+use tidewire::metadata::etcd_journal::{Fence, Journal, MAX_VALUE, recover};
+use tidewire::metadata::etcd_journal_writer::{CompactPolicy, JournalWriter};
+
+fn setup(tag: &str) -> (Etcd, Arc<EtcdClient>, String, Fence) {
+    let etcd = Etcd::single();
+    let c = Arc::new(EtcdClient::new(&etcd.endpoints(), Duration::from_secs(3)).unwrap());
+    let key = format!("tw-test/{tag}/leader");
+    let out = c.put_if_absent(key.as_bytes(), b"me:1", 0).unwrap();
+    assert!(out.succeeded);
+    let fence = Fence {
+        key,
+        create_revision: out.revision,
+    };
+    (etcd, c, format!("tw-test/{tag}/journal/"), fence)
+}
+
+fn record(i: usize) -> String {
+    // JSON with quotes, so escaping inside a batch is exercised.
+    format!(
+        r#"{{"op":"put","key":"k{i:06}","pad":"{}"}}"#,
+        "x".repeat(i % 700)
+    )
+}
+
+fn keys_under(c: &EtcdClient, prefix: &str) -> Vec<String> {
+    c.get_prefix(prefix.as_bytes())
+        .unwrap()
+        .kvs
+        .iter()
+        .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+        .collect()
+}
+
+#[test]
+fn appends_snapshots_and_reads_back() {
+    let (_etcd, c, prefix, fence) = setup("roundtrip");
+    let (mut j, rec) = Journal::open(c.clone(), &prefix, fence.clone()).unwrap();
+    assert!(rec.snapshot.is_none() && rec.records.is_empty());
+    let first: Vec<String> = (0..4000).map(record).collect();
+    let total: usize = first.iter().map(|r| r.len()).sum();
+    assert!(total > 2 * MAX_VALUE, "spans several batches");
+    j.append(&first[..10]).unwrap();
+    j.append(&first[10..]).unwrap();
+    let (batches, _) = j.backlog();
+    assert!(batches >= 4, "{batches} batches");
+    let (r, _) = recover(&c, &prefix).unwrap();
+    assert_eq!(r.records, first);
+    // A snapshot bigger than one request replaces the log.
+    let snapshot = "é".repeat(MAX_VALUE); // 2 bytes per char: exactly two chunks
+    j.compact(&snapshot).unwrap();
+    assert_eq!(j.backlog(), (0, 0));
+    let second: Vec<String> = (5000..5100).map(record).collect();
+    j.append(&second).unwrap();
+    let (r, _) = recover(&c, &prefix).unwrap();
+    assert_eq!(r.snapshot.as_deref(), Some(snapshot.as_str()));
+    assert_eq!(r.records, second);
+    let keys = keys_under(&c, &prefix);
+    let logs = keys.iter().filter(|k| k.contains("/log/")).count();
+    let chunks = keys.iter().filter(|k| k.contains("/snap/")).count();
+    assert_eq!(logs, 1, "only the batch after the snapshot: {keys:?}");
+    assert_eq!(chunks, 2, "{keys:?}");
+    // A second compaction removes the first snapshot.
+    j.compact("{}").unwrap();
+    let keys = keys_under(&c, &prefix);
+    assert_eq!(keys.len(), 2, "head and one chunk: {keys:?}");
+    let (r, _) = recover(&c, &prefix).unwrap();
+    assert_eq!(r.snapshot.as_deref(), Some("{}"));
+    assert!(r.records.is_empty());
+    // A successor continues after what it read.
+    drop(j);
+    let (mut j2, r) = Journal::open(c.clone(), &prefix, fence).unwrap();
+    assert_eq!(r.snapshot.as_deref(), Some("{}"));
+    j2.append(&["after".to_string()]).unwrap();
+    assert_eq!(recover(&c, &prefix).unwrap().0.records, vec!["after"]);
+}
+
+#[test]
+fn a_deposed_writer_is_fenced_off() {
+    let (_etcd, c, prefix, fence) = setup("fence");
+    let (mut old, _) = Journal::open(c.clone(), &prefix, fence.clone()).unwrap();
+    old.append(&["a".to_string()]).unwrap();
+    // Leadership changes hands: the key is recreated with a new create revision.
+    c.delete(fence.key.as_bytes()).unwrap();
+    let won = c.put_if_absent(fence.key.as_bytes(), b"new:2", 0).unwrap();
+    let new_fence = Fence {
+        key: fence.key.clone(),
+        create_revision: won.revision,
+    };
+    let err = old.append(&["b".to_string()]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Metadata);
+    assert!(err.message().contains("no longer the leader"), "{err}");
+    assert!(old.compact("{}").is_err());
+    let (mut new, r) = Journal::open(c.clone(), &prefix, new_fence).unwrap();
+    assert_eq!(r.records, vec!["a"]);
+    new.append(&["c".to_string()]).unwrap();
+    assert_eq!(recover(&c, &prefix).unwrap().0.records, vec!["a", "c"]);
+}
+
+#[test]
+fn bounds_are_enforced() {
+    let (_etcd, c, prefix, fence) = setup("bounds");
+    let (mut j, _) = Journal::open(c.clone(), &prefix, fence).unwrap();
+    let too_big = "y".repeat(MAX_VALUE);
+    let err = j.append(&[too_big]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    // The largest record that fits goes through etcd's request limit.
+    let fits = "z".repeat(MAX_VALUE - 8);
+    j.append(std::slice::from_ref(&fits)).unwrap();
+    assert_eq!(recover(&c, &prefix).unwrap().0.records, vec![fits]);
+    // A hole in the log is reported, not skipped.
+    c.put(format!("{prefix}log/0000000000000005").as_bytes(), b"[]", 0)
+        .unwrap();
+    let err = recover(&c, &prefix).unwrap_err();
+    assert!(err.message().contains("missing"), "{err}");
+}
+
+/// Applies `set k v` / `del k` records in order.
+fn apply(state: &mut BTreeMap<String, String>, rec: &str) {
+    let parts: Vec<&str> = rec.splitn(3, ' ').collect();
+    match parts[0] {
+        "set" => {
+            state.insert(parts[1].to_string(), parts[2].to_string());
+        }
+        "del" => {
+            state.remove(parts[1]);
+        }
+        other => panic!("bad record {other}"),
+    }
+}
+
+#[test]
+fn concurrent_commits_with_snapshots_rebuild_the_same_state() {
+    let (_etcd, c, prefix, fence) = setup("writer");
+    let (j, _) = Journal::open(c.clone(), &prefix, fence.clone()).unwrap();
+    let state: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
+    let snap_state = state.clone();
+    let snapshots = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let snaps = snapshots.clone();
+    let w = Arc::new(
+        JournalWriter::start(
+            j,
+            Box::new(move || {
+                snaps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                serde_json::to_string(&*snap_state.lock().unwrap()).unwrap()
+            }),
+            CompactPolicy {
+                max_batches: 20,
+                max_bytes: 1 << 20,
+            },
+        )
+        .unwrap(),
+    );
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let (w, state) = (w.clone(), state.clone());
+            std::thread::spawn(move || {
+                for i in 0..150 {
+                    let key = format!("t{t}-k{}", i % 40);
+                    // Mutate, then commit (as a master does before replying).
+                    let rec = if i % 7 == 6 {
+                        format!("del {key}")
+                    } else {
+                        format!("set {key} v{i}")
+                    };
+                    apply(&mut state.lock().unwrap(), &rec);
+                    w.commit(vec![rec]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(
+        snapshots.load(std::sync::atomic::Ordering::Relaxed) >= 1,
+        "compacted"
+    );
+    drop(w);
+    let (r, _) = recover(&c, &prefix).unwrap();
+    let mut rebuilt: BTreeMap<String, String> = match &r.snapshot {
+        Some(s) => serde_json::from_str(s).unwrap(),
+        None => BTreeMap::new(),
+    };
+    for rec in &r.records {
+        apply(&mut rebuilt, rec);
+    }
+    assert_eq!(rebuilt, *state.lock().unwrap());
+    assert!(
+        r.batches < 40,
+        "the log stays bounded: {} batches",
+        r.batches
+    );
+}
+
+#[test]
+fn a_fenced_writer_fails_every_commit() {
+    let (_etcd, c, prefix, fence) = setup("writer-fence");
+    let (j, _) = Journal::open(c.clone(), &prefix, fence.clone()).unwrap();
+    let w = JournalWriter::start(j, Box::new(|| "{}".into()), CompactPolicy::default()).unwrap();
+    w.commit(vec!["set a 1".into()]).unwrap();
+    c.delete(fence.key.as_bytes()).unwrap();
+    let err = w.commit(vec!["set a 2".into()]).unwrap_err();
+    assert!(err.message().contains("no longer the leader"), "{err}");
+    assert!(w.commit(vec!["set a 3".into()]).is_err());
+    assert!(w.failure().is_some());
+    assert_eq!(recover(&c, &prefix).unwrap().0.records, vec!["set a 1"]);
+}
