@@ -110,4 +110,30 @@ impl StoreClient {
         }
         out
     }
+    /// Reads each key straight into memory the caller supplies once the key's size is known
+    /// (no staging): `dst(i, size)` returns an address writable for `size` bytes, or a negative
+    /// code for that key. Per key: bytes read or a negative code, as
+    /// [`get_into`](Self::get_into). One Get round trip per chunk.
+    ///
+    /// # Safety
+    /// Every address `dst` returns is writable for the size it was asked for and not accessed
+    /// by others until this call returns.
+    pub unsafe fn get_sized(
+        &self,
+        keys: &[&str],
+        dst: &mut dyn FnMut(usize, u64) -> Result<u64, i32>,
+    ) -> Vec<i64> {
+        let mut out = vec![code::INVALID_PARAMS as i64; keys.len()];
+        let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
+        for chunk in idx.chunks(MAX_BATCH) {
+            let ks: Vec<&str> = chunk.iter().map(|&i| keys[i]).collect();
+            let mut codes = vec![0i64; ks.len()];
+            let mut at = |j: usize, size: u64| dst(chunk[j], size);
+            self.shared.get_chunk(&ks, &mut at, &mut codes);
+            for (j, &i) in chunk.iter().enumerate() {
+                out[i] = codes[j];
+            }
+        }
+        out
+    }
 }

@@ -78,10 +78,14 @@ impl Shared {
             let mut ranges: Vec<(u64, u64)> = reqs.iter().map(|r| (r.local, r.len)).collect();
             ranges.sort_unstable();
             ranges.dedup();
-            for (a, l) in ranges {
-                if e.memory_location(a).is_err() && e.register_memory(a, l, "cpu:0", false).is_ok()
-                {
-                    temp.push(a);
+            ranges.retain(|&(a, _)| e.memory_location(a).is_err());
+            if e.register_memory_batch_local(&ranges, "cpu:0").is_ok() {
+                temp.extend(ranges.iter().map(|r| r.0));
+            } else {
+                for (a, l) in ranges {
+                    if e.register_memory(a, l, "cpu:0", false).is_ok() {
+                        temp.push(a);
+                    }
                 }
             }
             res = e.submit(id, reqs);
