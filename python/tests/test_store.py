@@ -428,3 +428,18 @@ def test_get_sized_callback_contract(cluster):
     assert _ffi.lib().tw_store_get_sized(h, karr, 4, AllocFn(0), None, res) == -600
     # get_batch itself: bytes straight from the store, b'' for misses.
     assert s.get_batch(keys) == [vals["gs/a"], b"", vals["gs/b"], vals["gs/c"]]
+
+
+def test_copying_put_of_overlapping_views(cluster):
+    """Copying puts send single-part values straight from caller memory (registered for the
+    call only): values that share or overlap one buffer still go, and read back exactly."""
+    m, peer, s = cluster
+    buf = bytearray(random.Random(5).randbytes(4096))
+    mv = memoryview(buf)
+    keys = ["ov/a", "ov/b", "ov/c", "ov/d"]
+    parts = [mv[0:100], mv[50:150], mv[0:100], mv[1000:4096]]
+    assert s.upsert_batch(keys, parts) == 0
+    assert s.get_batch(keys) == [bytes(p) for p in parts]
+    assert s.put("ov/e", bytes(buf)) == 0 and s.get("ov/e") == bytes(buf)
+    assert s.upsert_parts("ov/f", mv[0:10], b"xyz") == 0
+    assert s.get("ov/f") == bytes(buf[:10]) + b"xyz"

@@ -26,9 +26,10 @@ impl Fetched {
 }
 
 impl StoreClient {
-    /// Copying put/upsert. A value bound for this process's own segment is copied straight
-    /// from `items`; one bound for another process is first staged in the local buffer (heap
-    /// when full), which the engine can send from. Results as [`put_from`](Self::put_from).
+    /// Copying put/upsert. A single-part value moves straight from `items` (copied into this
+    /// process's own segment, or sent by the engine, which registers the memory for the call);
+    /// a value in several parts is first joined in the local buffer (heap when full). Results
+    /// as [`put_from`](Self::put_from).
     pub fn put_values(
         &self,
         items: &[(&str, &[&[u8]])],
@@ -45,9 +46,9 @@ impl StoreClient {
             .map(|((k, _), l)| (*k, 0, *l))
             .collect();
         let mut staged: Vec<Option<Fetched>> = (0..items.len()).map(|_| None).collect();
-        let mut src = |i: usize, remote: bool| -> Result<u64, i32> {
+        let mut src = |i: usize, _remote: bool| -> Result<u64, i32> {
             let parts = items[i].1;
-            if !remote && parts.len() == 1 {
+            if parts.len() == 1 {
                 return Ok(parts[0].as_ptr() as u64);
             }
             if staged[i].is_none() {
