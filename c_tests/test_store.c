@@ -164,7 +164,11 @@ int main(void) {
     CHECK_RC(tw_store_register_buffer(client, NULL, 10), TW_STORE_INVALID_PARAMS);
     CHECK_RC(tw_store_get_size(client, NULL), TW_STORE_INVALID_PARAMS);
     tw_store *none = NULL;
-    CHECK_RC(tw_store_setup("127.0.0.1", "etcd://x", 0, 0, "tcp", NULL, master, &none),
+    /* etcd metadata is accepted; with no etcd listening it is still a clear error. */
+    CHECK(tw_store_setup("127.0.0.1", "etcd://127.0.0.1:1", 0, 0, "tcp", NULL, master, &none) < 0,
+          "unreachable etcd metadata fails setup");
+    CHECK_RC(tw_store_setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "carrier-pigeon", NULL, master,
+                            &none),
              TW_STORE_INVALID_PARAMS);
     CHECK(none == NULL, "no handle on failure");
 
