@@ -166,6 +166,12 @@ int main(void) {
     tw_store *none = NULL;
     CHECK_RC(tw_store_setup("127.0.0.1", "redis://x:6379", 0, 0, "tcp", NULL, master, &none),
              TW_STORE_INVALID_PARAMS);
+    /* etcd metadata is accepted; with no etcd listening it is still a clear error. */
+    CHECK(tw_store_setup("127.0.0.1", "etcd://127.0.0.1:1", 0, 0, "tcp", NULL, master, &none) < 0,
+          "unreachable etcd metadata fails setup");
+    CHECK_RC(tw_store_setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "carrier-pigeon", NULL, master,
+                            &none),
+             TW_STORE_INVALID_PARAMS);
     CHECK(none == NULL, "no handle on failure");
 
     CHECK_RC(tw_store_unregister_buffer(client, src), TW_STORE_OK);

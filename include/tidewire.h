@@ -312,6 +312,12 @@ typedef struct tw_store_value {
 } tw_store_value;
 
 /*
+ Chooses where key `index`'s value (of `size` bytes) is read to: an address writable for
+ `size` bytes, or NULL to skip the key. `ctx` is the caller's, passed through.
+ */
+typedef void *(*tw_store_alloc_fn)(void *ctx, size_t index, uint64_t size);
+
+/*
  Success.
  */
 #define TW_OK 0
@@ -894,6 +900,25 @@ int64_t tw_store_remove_by_regex(const struct tw_store *s, const char *pattern, 
  `s` is a live handle.
  */
 int64_t tw_store_remove_all(const struct tw_store *s, bool force);
+
+/*
+ Copying get without staging: once a key's size is known, `alloc(ctx, i, size)` is called
+ (on the calling thread, in key order, before any byte moves) and the value is read straight
+ into the memory it returns. Per key in `results`: bytes read, or a negative code (-704
+ missing; -1 when `alloc` returned NULL). Keys `alloc` was called for but whose result is
+ negative may have been partly written.
+
+ # Safety
+ `s` is a live handle; `keys_in` holds `n` keys; `results` is writable for `n`; `alloc` is
+ non-NULL and each address it returns is writable for the size asked and unshared until this
+ call returns.
+ */
+int32_t tw_store_get_sized(const struct tw_store *s,
+                           const char *const *keys_in,
+                           size_t n,
+                           tw_store_alloc_fn alloc,
+                           void *ctx,
+                           int64_t *results);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -13,7 +13,9 @@ source, read into one registered 256 MiB destination: put_batch, get_batch (chec
 upsert_batch, batch_put_from, batch_upsert_from (new keys, then in place), batch_get_into
 (checked), 4 threads x 64 keys of batch_upsert_from, batch_remove(force) of the 768 keys.
 Modes: ``single`` (one process holds the segment and calls), ``two`` (a holder process with the
-segment, a client process with none). Prints medians over the rounds (ms) and a markdown table.
+segment, a client process with none). Both implementations are set up side by side and their
+rounds alternate (tidewire, Mooncake, Mooncake, tidewire, ...), so a shared machine's load
+changes hit both alike. Prints medians over the rounds (ms) and a markdown table.
 """
 
 import argparse
@@ -96,46 +98,58 @@ def timed(fn):
     return (time.perf_counter() - t) * 1000, r
 
 
-def run_rounds(s, mod, rounds):
-    cfg = mod.ReplicateConfig()
-    cfg.with_hard_pin = True
-    src, dst = Region(N * MiB), Region(N * MiB)
-    data = os.urandom(N * MiB)
-    ctypes.memmove(src.addr, data, len(data))
-    assert s.register_buffer(src.addr, src.size) == 0
-    assert s.register_buffer(dst.addr, dst.size) == 0
-    vals = [data[i * MiB:(i + 1) * MiB] for i in range(N)]
-    ptrs = [src.addr + i * MiB for i in range(N)]
-    dptrs = [dst.addr + i * MiB for i in range(N)]
-    sizes = [MiB] * N
-    times = {op: [] for op in OPS}
-    for r in range(rounds):
+class Bench:
+    """One client's workload: registered source and destination, one round at a time."""
+
+    def __init__(self, s, mod):
+        self.s = s
+        self.cfg = mod.ReplicateConfig()
+        self.cfg.with_hard_pin = True
+        self.src, self.dst = Region(N * MiB), Region(N * MiB)
+        self.data = os.urandom(N * MiB)
+        ctypes.memmove(self.src.addr, self.data, len(self.data))
+        assert s.register_buffer(self.src.addr, self.src.size) == 0
+        assert s.register_buffer(self.dst.addr, self.dst.size) == 0
+        self.vals = [self.data[i * MiB:(i + 1) * MiB] for i in range(N)]
+        self.ptrs = [self.src.addr + i * MiB for i in range(N)]
+        self.dptrs = [self.dst.addr + i * MiB for i in range(N)]
+        self.sizes = [MiB] * N
+
+    def close(self):
+        self.s.unregister_buffer(self.src.addr)
+        self.s.unregister_buffer(self.dst.addr)
+
+    def round(self, r):
+        s, cfg, vals, ptrs, sizes = self.s, self.cfg, self.vals, self.ptrs, self.sizes
+        dst, data, dptrs = self.dst, self.data, self.dptrs
+        times = {}
         ka = [f"r{r}/a{i}" for i in range(N)]
         kb = [f"r{r}/b{i}" for i in range(N)]
         kc = [f"r{r}/c{i}" for i in range(N)]
         t, rc = timed(lambda: s.put_batch(ka, vals, cfg))
         assert rc == 0, rc
-        times["put_batch"].append(t)
+        times["put_batch"] = t
         t, got = timed(lambda: s.get_batch(ka))
         assert got == vals, "get_batch returned wrong bytes"
-        times["get_batch"].append(t)
+        del got
+        times["get_batch"] = t
         t, rc = timed(lambda: s.upsert_batch(ka, vals, cfg))
         assert rc == 0, rc
-        times["upsert_batch"].append(t)
+        times["upsert_batch"] = t
         t, rc = timed(lambda: s.batch_put_from(kb, ptrs, sizes, cfg))
         assert set(rc) == {0}, set(rc)
-        times["batch_put_from"].append(t)
+        times["batch_put_from"] = t
         t, rc = timed(lambda: s.batch_upsert_from(kc, ptrs, sizes, cfg))
         assert set(rc) == {0}, set(rc)
-        times["batch_upsert_from_new"].append(t)
+        times["batch_upsert_from_new"] = t
         t, rc = timed(lambda: s.batch_upsert_from(kc, ptrs, sizes, cfg))
         assert set(rc) == {0}, set(rc)
-        times["batch_upsert_from_in_place"].append(t)
+        times["batch_upsert_from_in_place"] = t
         ctypes.memset(dst.addr, 0, dst.size)
         t, rc = timed(lambda: s.batch_get_into(kc, dptrs, sizes))
         assert rc == sizes, set(rc)
         assert ctypes.string_at(dst.addr, dst.size) == data, "batch_get_into returned wrong bytes"
-        times["batch_get_into"].append(t)
+        times["batch_get_into"] = t
         errs = []
 
         def worker(w):
@@ -153,13 +167,11 @@ def run_rounds(s, mod, rounds):
 
         t, _ = timed(four)
         assert not errs, errs[0][:4]
-        times["4thr_x64_batch_upsert_from"].append(t)
+        times["4thr_x64_batch_upsert_from"] = t
         t, rc = timed(lambda: s.batch_remove(ka + kb + kc, True))
         assert set(rc) == {0}, set(rc)
-        times["batch_remove_768"].append(t)
-    s.unregister_buffer(src.addr)
-    s.unregister_buffer(dst.addr)
-    return {op: statistics.median(v) for op, v in times.items()}
+        times["batch_remove_768"] = t
+        return times
 
 
 def child(args):
@@ -172,33 +184,88 @@ def child(args):
         return
     seg = 2048 * MiB if args.mode == "single" else 0
     s = setup(mod, args.master, seg, 512 * MiB)
-    res = run_rounds(s, mod, args.rounds)
-    print(json.dumps(res), flush=True)
+    bench = Bench(s, mod)
+    print("READY", flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] != "round":
+            break
+        print(json.dumps(bench.round(int(cmd[1]))), flush=True)
+    bench.close()
     s.close()
 
 
-def one(impl, mode, rounds):
-    master, addr = start_master(impl)
-    holder = None
-    try:
+class Side:
+    """One implementation's master, holder (two-process mode) and benchmarking client."""
+
+    def __init__(self, impl, mode):
+        self.impl = impl
+        self.master, addr = start_master(impl)
+        self.procs = []
         base = [sys.executable, os.path.abspath(__file__), "--impl", impl, "--mode", mode,
-                "--master", addr, "--rounds", str(rounds)]
-        if mode == "two":
-            holder = subprocess.Popen(base + ["--role", "holder"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            assert holder.stdout.readline().strip() == "READY"
-        out = subprocess.run(base + ["--role", "client"], capture_output=True, text=True,
-                             timeout=600)
-        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-        if out.returncode != 0 or not lines:
-            raise RuntimeError(f"{impl}/{mode} failed: {out.stderr[-2000:]}")
-        return json.loads(lines[-1])
+                "--master", addr]
+        try:
+            if mode == "two":
+                self.procs.append(self.spawn(base + ["--role", "holder"]))
+            self.client = self.spawn(base + ["--role", "client"])
+        except BaseException:
+            self.close()
+            raise
+
+    def spawn(self, cmd):
+        p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+        self.procs.append(p)
+        if self.line(p, lambda ln: ln.strip() == "READY") is None:
+            raise RuntimeError(f"{self.impl}: {cmd[-1]} did not start")
+        return p
+
+    @staticmethod
+    def line(p, want):
+        """The next stdout line of `p` that `want` accepts (others are logs); None at EOF."""
+        while True:
+            ln = p.stdout.readline()
+            if not ln or want(ln):
+                return ln or None
+
+    def round(self, r):
+        self.client.stdin.write(f"round {r}\n")
+        self.client.stdin.flush()
+        line = self.line(self.client, lambda ln: ln.startswith("{"))
+        if line is None:
+            raise RuntimeError(f"{self.impl}: round {r} failed (exit {self.client.poll()})")
+        return json.loads(line)
+
+    def close(self):
+        for p in reversed(self.procs):
+            try:
+                p.stdin.close()
+                p.wait(timeout=60)
+            except Exception:
+                p.kill()
+                p.wait()
+        self.master.kill()
+        self.master.wait()
+
+
+def interleaved(impls, mode, rounds):
+    """Both implementations set up side by side; round r runs on each in turn (the order
+    alternates), so load changes on a shared machine hit both alike. Medians per op."""
+    sides = []
+    try:
+        for impl in impls:
+            sides.append(Side(impl, mode))
+        times = {impl: {op: [] for op in OPS} for impl in impls}
+        for r in range(rounds):
+            order = sides if r % 2 == 0 else sides[::-1]
+            for side in order:
+                for op, t in side.round(r).items():
+                    times[side.impl][op].append(t)
+        return {impl: {op: statistics.median(v) for op, v in t.items()}
+                for impl, t in times.items()}
     finally:
-        if holder:
-            holder.stdin.close()
-            holder.wait(timeout=60)
-        master.kill()
-        master.wait()
+        for side in sides:
+            side.close()
 
 
 def main():
@@ -208,7 +275,7 @@ def main():
     ap.add_argument("--mode", choices=["single", "two"], default="two")
     ap.add_argument("--role", choices=["client", "holder"])
     ap.add_argument("--master")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     if args.role:
         return child(args)
@@ -216,9 +283,9 @@ def main():
     modes = ["single", "two"] if args.all else [args.mode]
     results = {}
     for mode in modes:
-        for impl in impls:
-            results[(impl, mode)] = one(impl, mode, args.rounds)
-            print(f"# {impl}/{mode}: {json.dumps(results[(impl, mode)])}", flush=True)
+        for impl, res in interleaved(impls, mode, args.rounds).items():
+            results[(impl, mode)] = res
+            print(f"# {impl}/{mode}: {json.dumps(res)}", flush=True)
     for mode in modes:
         print(f"\n{mode} process(es), 256 x 1 MiB, median of {args.rounds} rounds, ms (GiB/s)\n")
         print("| op | tidewire | Mooncake | speed-up |")

@@ -300,6 +300,9 @@ def test_setup_errors_and_dict_form():
         s = MooncakeDistributedStore()
         assert s.setup("127.0.0.1", "redis://127.0.0.1:6379", 0, 1 << 20, "tcp", "",
                        m.address) == -600
+        # etcd metadata is accepted now; with no etcd listening there it is still an error.
+        assert s.setup("127.0.0.1", "etcd://127.0.0.1:1", 0, 1 << 20, "tcp", "",
+                       m.address) < 0
         assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 1 << 20, "carrier-pigeon", "",
                        m.address) == -600
         # A master nobody listens on: an error, quickly.
@@ -393,3 +396,52 @@ def test_shim_package_serves_mooncake_imports():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_get_sized_callback_contract(cluster):
+    """tw_store_get_sized (behind get_batch): the callback is asked once per found key with its
+    size, in key order; a NULL answer fails only that key (-1); misses never reach it (-704);
+    a NULL callback is -600 for the call."""
+    from ctypes import c_char_p, c_int64
+
+    from tidewire import _ffi
+    from tidewire._store_ffi import AllocFn
+
+    m, peer, s = cluster
+    vals = {"gs/a": b"a" * 5000, "gs/b": b"b" * 7, "gs/c": bytes(range(256)) * 300}
+    assert s.upsert_batch(list(vals), list(vals.values())) == 0
+    keys = ["gs/a", "gs/missing", "gs/b", "gs/c"]
+    karr = (c_char_p * 4)(*[k.encode() for k in keys])
+    asked, bufs = [], {}
+
+    def alloc(_ctx, i, size):
+        asked.append((i, size))
+        if keys[i] == "gs/b":
+            return None
+        bufs[i] = ctypes.create_string_buffer(size)
+        return ctypes.addressof(bufs[i])
+
+    res = (c_int64 * 4)()
+    h = s._h
+    assert _ffi.lib().tw_store_get_sized(h, karr, 4, AllocFn(alloc), None, res) == 0
+    assert asked == [(0, 5000), (2, 7), (3, 76800)]
+    assert list(res) == [5000, -704, -1, 76800]
+    assert bufs[0].raw == vals["gs/a"] and bufs[3].raw == vals["gs/c"]
+    assert _ffi.lib().tw_store_get_sized(h, karr, 4, AllocFn(0), None, res) == -600
+    # get_batch itself: bytes straight from the store, b'' for misses.
+    assert s.get_batch(keys) == [vals["gs/a"], b"", vals["gs/b"], vals["gs/c"]]
+
+
+def test_copying_put_of_overlapping_views(cluster):
+    """Copying puts send single-part values straight from caller memory (registered for the
+    call only): values that share or overlap one buffer still go, and read back exactly."""
+    m, peer, s = cluster
+    buf = bytearray(random.Random(5).randbytes(4096))
+    mv = memoryview(buf)
+    keys = ["ov/a", "ov/b", "ov/c", "ov/d"]
+    parts = [mv[0:100], mv[50:150], mv[0:100], mv[1000:4096]]
+    assert s.upsert_batch(keys, parts) == 0
+    assert s.get_batch(keys) == [bytes(p) for p in parts]
+    assert s.put("ov/e", bytes(buf)) == 0 and s.get("ov/e") == bytes(buf)
+    assert s.upsert_parts("ov/f", mv[0:10], b"xyz") == 0
+    assert s.get("ov/f") == bytes(buf[:10]) + b"xyz"

@@ -1,6 +1,7 @@
 """ctypes declarations of the Store's C API (``tw_store_*`` in ``include/tidewire.h``)."""
 
 from ctypes import (
+    CFUNCTYPE,
     POINTER,
     Structure,
     c_bool,
@@ -31,6 +32,9 @@ class StoreValue(Structure):
     _fields_ = [("data", c_void_p), ("len", c_uint64), ("owner", c_void_p)]
 
 
+#: ``tw_store_alloc_fn``: (ctx, index, size) -> address writable for size bytes, or NULL.
+AllocFn = CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_uint64)
+
 _p = POINTER
 _keys = _p(c_char_p)
 
@@ -56,6 +60,7 @@ STORE_SIGNATURES = {
     ),
     "tw_store_get_copy": ([c_void_p, _keys, c_size_t, _p(StoreValue), _p(c_int64)], c_int32),
     "tw_store_value_release": ([_p(StoreValue)], None),
+    "tw_store_get_sized": ([c_void_p, _keys, c_size_t, AllocFn, c_void_p, _p(c_int64)], c_int32),
     "tw_store_get_ranges": (
         [c_void_p, _keys, _p(c_void_p), _p(c_uint64), _p(c_uint64), c_size_t, _p(c_int64)],
         c_int32,

@@ -31,7 +31,7 @@ import threading
 from ctypes import byref, c_char_p, c_int32, c_int64, c_uint64, c_void_p
 
 from . import _ffi
-from ._store_ffi import ReplicateConfigC, StoreValue
+from ._store_ffi import AllocFn, ReplicateConfigC, StoreValue
 
 __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "BufferHandle"]
 
@@ -105,6 +105,17 @@ class BufferHandle:
             self.release()
         except Exception:  # interpreter shutdown
             pass
+
+
+_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+_new_bytes.restype = ctypes.py_object
+_new_bytes.argtypes = [c_void_p, ctypes.c_ssize_t]
+_BYTES_MAX = 1 << 62
+
+
+def _bytes_address(b):
+    """Address of a ``bytes`` object's contents (no copy)."""
+    return ctypes.cast(c_char_p(b), c_void_p).value
 
 
 def _keys(keys):
@@ -374,16 +385,36 @@ class MooncakeDistributedStore:
         return [vals[i] if res[i] >= 0 else None for i in range(n)], list(res)
 
     def get_batch(self, keys):
-        """Values of several keys; ``b''`` for a missing (or failed) key."""
-        vals, _ = self._get_values(list(keys))
-        out = []
-        for v in vals:
-            if v is None:
-                out.append(b"")
-            else:
-                out.append(ctypes.string_at(v.data, v.len) if v.len else b"")
-                _ffi.lib().tw_store_value_release(byref(v))
-        return out
+        """Values of several keys; ``b''`` for a missing (or failed) key.
+
+        Each ``bytes`` is created empty once its size is known and the value is read straight
+        into it (one copy, no staging); it escapes to the caller only after it is filled."""
+        keys = list(keys)
+        n = len(keys)
+        if self._h is None or n == 0:
+            return [b""] * n
+        made = [None] * n
+
+        def alloc(_ctx, i, size):
+            try:
+                if i >= n or size >= _BYTES_MAX:
+                    return None
+                b = _new_bytes(None, size)
+                made[i] = b
+                return _bytes_address(b)
+            except BaseException:  # noqa: BLE001 - MemoryError etc.: this key fails, not the call
+                return None
+
+        cb = AllocFn(alloc)
+        karr, _keep = _keys(keys)
+        res = (c_int64 * n)()
+        rc = _ffi.lib().tw_store_get_sized(self._h, karr, n, cb, None, res)
+        if rc != 0:
+            return [b""] * n
+        return [
+            made[i] if res[i] >= 0 and made[i] is not None and len(made[i]) == res[i] else b""
+            for i in range(n)
+        ]
 
     def get(self, key):
         """Value of one key; ``b''`` when missing."""

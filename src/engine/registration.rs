@@ -40,6 +40,26 @@ impl Engine {
         Ok(())
     }
 
+    /// Registers several ranges local-only (peers can never touch them), all or none, with one
+    /// descriptor publish for the lot.
+    pub fn register_memory_batch_local(&self, ranges: &[(u64, u64)], location: &str) -> Result<()> {
+        let fresh = self.inner.registry.register_all(ranges, location, false)?;
+        let new: Vec<(u64, u64)> = ranges
+            .iter()
+            .zip(&fresh)
+            .filter(|(_, f)| **f)
+            .map(|(r, _)| *r)
+            .collect();
+        if let Err(e) = self.inner.rdma_register(&new, false) {
+            for &(a, _) in &new {
+                let _ = self.inner.registry.unregister(a);
+            }
+            return Err(e);
+        }
+        self.inner.publish_logged();
+        Ok(())
+    }
+
     /// Drops one registration of the region starting at `addr`.
     pub fn unregister_memory(&self, addr: u64) -> Result<()> {
         if self.inner.registry.unregister(addr)? {

@@ -8,6 +8,8 @@
 
 #[path = "store_args.rs"]
 mod args;
+#[path = "store_sized.rs"]
+mod sized;
 
 use super::ffi_boundary;
 use args::{arr, arr_mut, bad, keys, store, write_config};

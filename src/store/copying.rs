@@ -26,9 +26,10 @@ impl Fetched {
 }
 
 impl StoreClient {
-    /// Copying put/upsert. A value bound for this process's own segment is copied straight
-    /// from `items`; one bound for another process is first staged in the local buffer (heap
-    /// when full), which the engine can send from. Results as [`put_from`](Self::put_from).
+    /// Copying put/upsert. A single-part value moves straight from `items` (copied into this
+    /// process's own segment, or sent by the engine, which registers the memory for the call);
+    /// a value in several parts is first joined in the local buffer (heap when full). Results
+    /// as [`put_from`](Self::put_from).
     pub fn put_values(
         &self,
         items: &[(&str, &[&[u8]])],
@@ -45,9 +46,9 @@ impl StoreClient {
             .map(|((k, _), l)| (*k, 0, *l))
             .collect();
         let mut staged: Vec<Option<Fetched>> = (0..items.len()).map(|_| None).collect();
-        let mut src = |i: usize, remote: bool| -> Result<u64, i32> {
+        let mut src = |i: usize, _remote: bool| -> Result<u64, i32> {
             let parts = items[i].1;
-            if !remote && parts.len() == 1 {
+            if parts.len() == 1 {
                 return Ok(parts[0].as_ptr() as u64);
             }
             if staged[i].is_none() {
@@ -106,6 +107,32 @@ impl StoreClient {
                     (n, _) if n >= 0 => Err(code::INTERNAL_ERROR),
                     (n, _) => Err(n as i32),
                 };
+            }
+        }
+        out
+    }
+    /// Reads each key straight into memory the caller supplies once the key's size is known
+    /// (no staging): `dst(i, size)` returns an address writable for `size` bytes, or a negative
+    /// code for that key. Per key: bytes read or a negative code, as
+    /// [`get_into`](Self::get_into). One Get round trip per chunk.
+    ///
+    /// # Safety
+    /// Every address `dst` returns is writable for the size it was asked for and not accessed
+    /// by others until this call returns.
+    pub unsafe fn get_sized(
+        &self,
+        keys: &[&str],
+        dst: &mut dyn FnMut(usize, u64) -> Result<u64, i32>,
+    ) -> Vec<i64> {
+        let mut out = vec![code::INVALID_PARAMS as i64; keys.len()];
+        let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
+        for chunk in idx.chunks(MAX_BATCH) {
+            let ks: Vec<&str> = chunk.iter().map(|&i| keys[i]).collect();
+            let mut codes = vec![0i64; ks.len()];
+            let mut at = |j: usize, size: u64| dst(chunk[j], size);
+            self.shared.get_chunk(&ks, &mut at, &mut codes);
+            for (j, &i) in chunk.iter().enumerate() {
+                out[i] = codes[j];
             }
         }
         out

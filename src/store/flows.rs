@@ -4,14 +4,14 @@
 //! failed. Reads: Get (grants a lease and counts a reader), one engine READ batch into the
 //! caller's memory, a lease check, then a one-way ReadDone. Results are per key.
 
+use super::batch::BatchEnd;
 use super::client::{Shared, StoreClient};
 use super::mem::{Copy, copy_all};
 use super::proto::{
     GetResult, KeyVersion, MAX_BATCH, MAX_KEY_LEN, PutItem, ReplicaDesc, Reply, Request,
     StartResult, WriteConfig, code,
 };
-use crate::engine::{Request as Xfer, TaskState};
-use crate::error::ErrorKind;
+use crate::engine::Request as Xfer;
 use crate::transport::Opcode;
 use std::time::{Duration, Instant};
 
@@ -23,16 +23,6 @@ pub type KeyBuf<'a> = (&'a str, u64, u64);
 
 pub(crate) fn key_ok(k: &str) -> bool {
     !k.is_empty() && k.len() <= MAX_KEY_LEN
-}
-
-/// How one engine batch ended.
-pub(crate) enum BatchEnd {
-    /// Per request: completed or not.
-    Done(Vec<bool>),
-    /// Rejected at submit (nothing moved): the code for every request.
-    Rejected(i32),
-    /// The deadline passed with work in flight: buffers may still be written.
-    TimedOut,
 }
 
 impl Shared {
@@ -60,68 +50,6 @@ impl Shared {
     /// Whether caller memory may be touched: registered with the engine, or at least mapped.
     pub(crate) fn usable(&self, addr: u64, len: u64) -> bool {
         self.engine.memory_location(addr).is_ok() || super::mem::range_mapped(addr, len)
-    }
-
-    /// Runs one batch of requests. Local ranges the engine does not know are registered for the
-    /// duration of the batch (local-only), as Mooncake tolerates unregistered buffers on TCP.
-    pub(crate) fn run_batch(&self, reqs: &[Xfer], bytes: u64) -> BatchEnd {
-        if reqs.is_empty() {
-            return BatchEnd::Done(Vec::new());
-        }
-        let e = &self.engine;
-        let Ok(id) = e.alloc_batch(reqs.len()) else {
-            return BatchEnd::Rejected(code::INTERNAL_ERROR);
-        };
-        let mut temp: Vec<u64> = Vec::new();
-        let mut res = e.submit(id, reqs);
-        if matches!(&res, Err(err) if err.kind() == ErrorKind::AddressNotRegistered) {
-            let mut ranges: Vec<(u64, u64)> = reqs.iter().map(|r| (r.local, r.len)).collect();
-            ranges.sort_unstable();
-            ranges.dedup();
-            for (a, l) in ranges {
-                if e.memory_location(a).is_err() && e.register_memory(a, l, "cpu:0", false).is_ok()
-                {
-                    temp.push(a);
-                }
-            }
-            res = e.submit(id, reqs);
-        }
-        let end = match res {
-            Err(err) => BatchEnd::Rejected(match err.kind() {
-                ErrorKind::AddressNotRegistered | ErrorKind::InvalidArgument => {
-                    code::INVALID_PARAMS
-                }
-                _ => code::TRANSFER_FAIL,
-            }),
-            Ok(()) => {
-                let budget = self.transfer_timeout + Duration::from_millis(bytes / (64 << 10));
-                let _ = e.wait_batch(id, Some(budget));
-                let mut ok = Vec::with_capacity(reqs.len());
-                let mut pending = false;
-                for i in 0..reqs.len() {
-                    match e.task_status(id, i).map(|s| s.state) {
-                        Ok(TaskState::Completed) => ok.push(true),
-                        Ok(TaskState::Failed) | Err(_) => ok.push(false),
-                        Ok(_) => {
-                            pending = true;
-                            ok.push(false);
-                        }
-                    }
-                }
-                if pending {
-                    BatchEnd::TimedOut
-                } else {
-                    BatchEnd::Done(ok)
-                }
-            }
-        };
-        if !matches!(end, BatchEnd::TimedOut) {
-            let _ = e.free_batch(id);
-            if !temp.is_empty() {
-                let _ = e.unregister_memory_batch(&temp);
-            }
-        }
-        end
     }
 
     /// One master-sized chunk of writes. `src(i, remote)` gives key `i`'s source address: for a

@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod alloc;
+mod batch;
 pub mod client;
 pub mod conn;
 pub mod copying;
