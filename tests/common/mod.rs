@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use tidewire::{Config, Engine};
 
 /// A page-aligned heap buffer with a stable address.
