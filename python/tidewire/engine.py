@@ -535,15 +535,21 @@ class TransferEngine:
         batch. Unlike Mooncake (task 0 only) every task of the batch counts."""
         eng = self._eng
         rc = self._wait(eng, batch_id, 0)
+        if rc == _ffi.TW_ERR_TIMEOUT:
+            if self._in_flight(batch_id):
+                info = self._async.get(batch_id)
+                if info is not None and time.monotonic_ns() - info[0] > self._timeout_ns:
+                    return -2
+                return 0
+            # Every task ended between the wait and the per-task look: the batch goes idle
+            # within microseconds, so ask again for its real outcome.
+            rc = self._wait(eng, batch_id, 1000)
+            if rc == _ffi.TW_ERR_TIMEOUT:
+                return 0
         if rc == 0:
             self._async.pop(batch_id, None)
             self._dispose(batch_id)
             return 1
-        if rc == _ffi.TW_ERR_TIMEOUT and self._in_flight(batch_id):
-            info = self._async.get(batch_id)
-            if info is not None and time.monotonic_ns() - info[0] > self._timeout_ns:
-                return -2
-            return 0
         self._async.pop(batch_id, None)
         if rc != _ffi.TW_ERR_INVALID_ID:
             self._dispose(batch_id)
