@@ -129,7 +129,7 @@ asan:
 ## ThreadSanitizer on the concurrency unit tests (latch, channels, id table). Without a
 ## sanitizer-built std, races inside std's own synchronisation are suppressed (scripts/tsan.supp).
 tsan:
-	RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1 suppressions=$$PWD/scripts/tsan.supp" \
+	RUSTFLAGS="-Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer" TSAN_OPTIONS="halt_on_error=1 suppressions=$$PWD/scripts/tsan.supp" \
 	  $(CARGO) +nightly test --release --target $(SAN_TARGET) --target-dir target/tsan --lib -- \
 	  --test-threads 1 batch chan ids completion
 
