@@ -9,20 +9,37 @@ PY ?= $(VENV)/bin/python
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -pedantic -g -Iinclude
 BUILD_C := target/c_tests
 
-.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench examples clean venv fmt clippy
+.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench examples clean venv fmt clippy install install-check wheel
 
 all: build
 
+SOMAJOR := $(shell sed -n 's/^version *= *"\([0-9]*\)\..*/\1/p' Cargo.toml | head -n 1)
+
+## The library carries SONAME libtidewire.so.$(SOMAJOR); the link beside it lets programs linked
+## against the build tree (tests, examples) find it.
 build:
 	$(CARGO) build --release --lib --bins
+	ln -sf libtidewire.so $(PROFILE_DIR)/libtidewire.so.$(SOMAJOR)
 	ln -sf libtidewire.so $(PROFILE_DIR)/libtransfer_engine.so
+
+## Installs libtidewire.so.M.m (+ links, libtransfer_engine.so, libtidewire.a), both headers,
+## tidewire.pc and the CMake package: make install PREFIX=/usr/local [LIBDIR=...] [DESTDIR=...]
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+install: build
+	scripts/install.sh "$(PREFIX)" "$(LIBDIR)" "$(INCLUDEDIR)"
+
+## Installs into a temporary prefix and builds examples against it with pkg-config and CMake.
+install-check: build
+	tests/install/check.sh
 
 ## The main job: two engines in two processes on 127.0.0.1, write + read, every byte verified.
 run: build
 	$(PROFILE_DIR)/tidewire-bench demo
 
 ## Every test: Rust (unit + integration), C, Python, and interop with real Mooncake peers.
-test: build rust-test c-tests py-tests interop examples
+test: build rust-test c-tests py-tests interop examples install-check
 	@echo "make test: all suites passed"
 
 rust-test:
@@ -76,6 +93,12 @@ examples: build
 
 venv:
 	scripts/setup_mooncake_venv.sh
+
+## A py3-none-<platform> wheel that carries libtidewire.so, in target/wheels/ (the build backend,
+## python/_build/tidewire_build.py, runs cargo itself; `pip install ./python` does the same).
+wheel:
+	@py=$(PY); [ -x "$$py" ] || py=python3; \
+	$$py -m pip wheel --no-deps --no-index --wheel-dir target/wheels ./python
 
 py-tests: build
 	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh

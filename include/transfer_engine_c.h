@@ -24,10 +24,14 @@
  *    double-freed id returns an error instead of undefined behaviour.
  *  - freeBatchID refuses (4) only while work is really in flight; it does not
  *    require every task to have been polled first.
- *  - An unsupported metadata scheme (etcd://, redis://, a bare string) makes
- *    createTransferEngine return NULL with a logged reason instead of aborting the
- *    process. Supported: "P2PHANDSHAKE" and "http://" / "https://" URLs.
- *  - Only the TCP transport exists in this build; "rdma" is refused (NULL).
+ *  - An unsupported metadata scheme (etcd://, redis://, https://, a bare string)
+ *    makes createTransferEngine return NULL with a logged reason instead of aborting
+ *    the process. Supported: "P2PHANDSHAKE" and "http://" URLs (no TLS in this
+ *    build, so no https://).
+ *  - Transports: TCP, and RDMA when a verbs device is usable (libibverbs is loaded
+ *    at run time); see installTransport for the exact list.
+ *  - getNicLoadStats and showLinks report no RDMA NICs or links, even with RDMA
+ *    installed (per-NIC statistics are not collected yet).
  *
  * Thread safety: every function that takes an engine may be called from any thread
  * at the same time, except destroyTransferEngine, which must not race with other
@@ -134,7 +138,7 @@ struct segment_desc {
 };
 typedef struct segment_desc segment_desc_t;
 
-/* Per-NIC load sample (80 bytes). tidewire has no RDMA NICs and reports none. */
+/* Per-NIC load sample (80 bytes). tidewire does not collect these yet and reports none. */
 struct nic_load_stat {
     char device_name[64];
     uint64_t inflight_bytes;
@@ -144,15 +148,15 @@ typedef struct nic_load_stat nic_load_stat_t;
 
 /*
  * Creates an engine and returns its handle, or NULL on failure (reason logged).
- * metadata_conn_string: "P2PHANDSHAKE" or an http(s):// metadata URL; anything else
- * (etcd://, redis://, bare strings) returns NULL. local_server_name: "host[:port]";
+ * metadata_conn_string: "P2PHANDSHAKE" or an http:// metadata URL; anything else
+ * (https://, etcd://, redis://, bare strings) returns NULL. local_server_name: "host[:port]";
  * in P2P mode the host is advertised and the segment name becomes "host:rpc_port"
  * (see getLocalIpAndPort). ip_or_host_name and rpc_port are accepted and unused,
  * as in Mooncake; MC_TCP_BIND_ADDRESS selects the listen address.
- * Transports: with auto_discover != 0 (no RDMA here, so TCP) or with MC_FORCE_TCP
- * set, TCP is installed now; otherwise call installTransport(engine, "tcp", NULL).
- * Until TCP is installed, openSegment of a peer returns -1 and submitTransfer
- * returns 8. NULL string arguments return NULL. Free with destroyTransferEngine.
+ * Transports: with auto_discover != 0, TCP is installed now, and RDMA too when a
+ * verbs device is usable; with MC_FORCE_TCP set, TCP only. Otherwise call
+ * installTransport(engine, "tcp" or "rdma", NULL). Until a transport is installed,
+ * openSegment of a peer returns -1 and submitTransfer returns 8. NULL string arguments return NULL. Free with destroyTransferEngine.
  */
 transfer_engine_t createTransferEngine(const char *metadata_conn_string,
                                        const char *local_server_name,
@@ -161,10 +165,21 @@ transfer_engine_t createTransferEngine(const char *metadata_conn_string,
 
 /*
  * Installs a transport and returns a non-NULL opaque handle (the same one when
- * called again). "tcp" is the only transport; "rdma" returns NULL ("RDMA transport
- * not available in this build/host"), other names return NULL. args may be NULL;
- * if args[0] is a non-empty string it must be a JSON object (NIC priority matrix,
- * accepted and unused by TCP) or NULL is returned. NULL engine/proto → NULL.
+ * called again), or NULL with the reason as the thread's last error. The names
+ * accepted (this list is checked against the library by a test):
+ *
+ * BEGIN TRANSPORTS
+ *   tcp   always
+ *   rdma  when a verbs device is usable (libibverbs.so.1, or the library named by
+ *         TW_IBVERBS_LIB, loaded at run time): opens every device, registers the
+ *         memory already registered, publishes the devices and keys; peers without
+ *         RDMA are still served over TCP. Without a usable device, or with
+ *         MC_FORCE_TCP set: NULL, last error "unsupported".
+ * END TRANSPORTS
+ *
+ * Any other name returns NULL (last error "unsupported"). args may be NULL; for
+ * "tcp", if args[0] is a non-empty string it must be a JSON object (NIC priority
+ * matrix, accepted and unused) or NULL is returned. NULL engine/proto → NULL.
  */
 transport_t installTransport(transfer_engine_t engine, const char *proto,
                              void **args);
@@ -240,7 +255,7 @@ batch_id_t allocateBatchID(transfer_engine_t engine, size_t batch_size);
  * Submits `count` requests to a batch; all are validated before any starts.
  * Returns a status code: 0; 1 for a bad/freed batch id, NULL entries, bad opcode
  * or an unknown target_id; 2 when the batch would exceed batch_size; 3 when a
- * local range is not registered; 8 when TCP is not installed yet or the target
+ * local range is not registered; 8 when no transport is installed yet or the target
  * speaks another transport. Task ids continue across submits, from 0. A remote
  * range the peer refuses shows up later as STATUS_FAILED.
  */
@@ -291,7 +306,10 @@ int freeBatchID(transfer_engine_t engine, batch_id_t batch_id);
 /* Re-fetches every cached remote descriptor; failures are logged. Returns 0. */
 int syncSegmentCache(transfer_engine_t engine);
 
-/* Nothing to discover without RDMA: 0, or -1 for a NULL engine. */
+/*
+ * No-op: RDMA devices are discovered when the engine starts (auto_discover) or by
+ * installTransport("rdma"). Returns 0, or -1 for a NULL engine.
+ */
 int discoverTopology(transfer_engine_t engine);
 
 /*
@@ -301,7 +319,7 @@ int discoverTopology(transfer_engine_t engine);
  */
 int getLocalIpAndPort(transfer_engine_t engine, char *buf_out, size_t buf_len);
 
-/* No RDMA NICs: sets *count = 0 and returns 0; -1 if any argument is NULL. */
+/* No per-NIC statistics yet: sets *count = 0 and returns 0; -1 if any argument is NULL. */
 int getNicLoadStats(transfer_engine_t engine, nic_load_stat_t *stats,
                     size_t *count);
 
@@ -314,7 +332,8 @@ void enableGracefulShutdown(transfer_engine_t engine);
 
 /*
  * Writes a short text (json == 0) or JSON (json != 0) report saying there are no
- * RDMA links, truncated to fit and NUL-terminated. 0; -1 for a NULL engine or
+ * RDMA links (links are not tracked yet, also with RDMA installed), truncated to
+ * fit and NUL-terminated. 0; -1 for a NULL engine or
  * buffer, or buf_len == 0.
  */
 int showLinks(transfer_engine_t engine, char *buf_out, size_t buf_len,

@@ -106,3 +106,34 @@ def te_pair():
     finally:
         a.close()
         b.close()
+
+
+# ------------------------------------------------------------------------------------------
+# Fake run-time libraries (built with gcc from tests/fake_*), loaded through TW_IBVERBS_LIB /
+# TW_CUDA_LIB in child processes, exactly as the real libibverbs.so.1 / libcuda.so.1 would be.
+# ------------------------------------------------------------------------------------------
+def _gcc(out, *args):
+    import shutil
+    import subprocess
+
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is required to build the fake run-time libraries")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(out), *args], check=True)
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def fake_verbs_lib(tmp_path_factory):
+    """Path of the fake verbs provider (devices ``fake0,fake1`` unless FAKE_VERBS_DEVICES)."""
+    src = os.path.join(REPO, "tests", "fake_verbs")
+    out = tmp_path_factory.mktemp("fake_verbs") / "libibverbs.so.1"
+    return _gcc(out, os.path.join(src, "fake_ibverbs.c"),
+                f"-Wl,--version-script={os.path.join(src, 'fake_ibverbs.map')}",
+                "-Wl,-soname,libibverbs.so.1")
+
+
+@pytest.fixture(scope="session")
+def fake_cuda_lib(tmp_path_factory):
+    """Path of the fake CUDA driver (one device)."""
+    out = tmp_path_factory.mktemp("fake_cuda_session") / "libcuda.so.1"
+    return _gcc(out, os.path.join(REPO, "tests", "fake_cuda", "fake_cuda.c"), "-lpthread")

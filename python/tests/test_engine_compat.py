@@ -122,6 +122,7 @@ def test_rdma_protocol_runs_over_tcp(te_pair):
 
 
 @pytest.mark.parametrize("metadata", ["etcd://127.0.0.1:2379", "redis://127.0.0.1:6379",
+                                      "https://127.0.0.1:1/metadata",
                                       "127.0.0.1:2379"])
 def test_unsupported_metadata_returns_minus_one(metadata):
     te = TransferEngine()

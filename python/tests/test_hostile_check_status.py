@@ -33,26 +33,29 @@ def test_row09_check_status_never_fails_a_completed_write(te_pair, mbuf):
 
 
 def test_row09_completion_between_wait_and_status_is_success(te_pair, mbuf, monkeypatch):
-    """The exact interleaving of the race, made deterministic: the zero-timeout wait reports
-    "still running" and the write completes right after it, before the per-task look."""
-    import tidewire.engine as engine_mod
+    """The exact interleaving of the race, made deterministic: every zero-timeout wait reports
+    "still running" (the batch latch is released a moment after the last task ends) although the
+    write has completed, as the per-task look then shows."""
+    from tidewire import _ffi
 
     a, b = te_pair
     la, rb = mbuf(64 * KiB), mbuf(64 * KiB)
     assert a.register_memory(la.addr, la.size) == 0
     assert b.register_memory(rb.addr, rb.size) == 0
     la.put(0, pattern(4 * KiB, seed=3))
-    real_wait = a._wait
-    raced = set()
+    real = a._engine._lib
 
-    def wait_that_loses_the_race(eng, bid, timeout_ms):
-        if timeout_ms == 0 and bid not in raced:
-            raced.add(bid)
-            assert real_wait(eng, bid, 5000) == 0  # the write completes meanwhile
-            return engine_mod._ffi.TW_ERR_TIMEOUT
-        return real_wait(eng, bid, timeout_ms)
+    class ZeroWaitsLoseTheRace:
+        def __getattr__(self, name):
+            return getattr(real, name)
 
-    monkeypatch.setattr(a, "_wait", wait_that_loses_the_race)
+        def tw_batch_wait(self, h, bid, timeout_ms):
+            if timeout_ms == 0:
+                assert real.tw_batch_wait(h, bid, 5000) == 0  # the write completes meanwhile
+                return _ffi.TW_ERR_TIMEOUT
+            return real.tw_batch_wait(h, bid, timeout_ms)
+
+    monkeypatch.setattr(a._engine, "_lib", ZeroWaitsLoseTheRace())
     bid = a.transfer_submit_write(b.get_segment_name(), la.addr, rb.addr, 4 * KiB)
     assert bid > 0
     assert a.transfer_check_status(bid) == 1

@@ -270,3 +270,32 @@ def test_compat_timeouts_with_a_frozen_target(target, mbuf):
         assert target.sha(0, 1 << 20) == sha(pattern(1 << 20, seed=17))
     finally:
         te.close()
+
+
+@pytest.mark.parametrize("target", ["core"], indirect=True)
+def test_core_transfer_timeout_returns_and_the_batch_is_freed_later(target, mbuf):
+    """Engine.transfer gives up at its timeout (the work goes on); the engine frees the batch
+    once the work ended, keeping the local buffer referenced until then."""
+    eng = tw.Engine()
+    try:
+        buf = bytearray(pattern(1 << 20, seed=23))
+        with eng.register(buf):
+            seg = eng.open_segment(target.name)
+            eng.write(seg, memoryview(buf)[:64], target.addr)
+            target.stop()
+            try:
+                t0 = time.monotonic()
+                with pytest.raises(tw.TransferTimeout):
+                    eng.write(seg, buf, target.addr, timeout=0.3)
+                assert 0.25 < time.monotonic() - t0 < 5
+                assert len(eng.parked) == 1
+                assert eng.reap() == 1  # still in flight
+            finally:
+                target.cont()
+            deadline = time.monotonic() + 20
+            while eng.reap() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert eng.parked == []
+            assert target.sha(0, len(buf)) == sha(bytes(buf))
+    finally:
+        eng.close()

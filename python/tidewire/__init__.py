@@ -1,11 +1,17 @@
 """tidewire: a KV-cache transfer engine (Mooncake-compatible), Python bindings over ctypes.
 
-Two APIs share one library:
+Layers, each using only the one below:
 
-- the pythonic API below (:class:`Engine`, :class:`Batch`, :class:`ScatterOp`, exceptions);
-- :mod:`tidewire.engine`, a drop-in for ``mooncake.engine.TransferEngine``.
+- :mod:`tidewire._ffi`: the only code that declares and calls the C functions of
+  ``tidewire.h`` (ctypes), and finds the library: ``TIDEWIRE_LIB``, then the copy inside the
+  installed package (wheels carry it), then the source tree's ``target/release``;
+- the pythonic API below (:class:`Engine`, :class:`Batch`, :class:`ScatterOp`,
+  :class:`RequestArray`, exceptions), in :mod:`tidewire.core`;
+- :mod:`tidewire.engine`, a drop-in for ``mooncake.engine.TransferEngine``, built on the
+  pythonic API.
 
-The shared library is located by :mod:`tidewire._ffi` (``TIDEWIRE_LIB`` first) on first use.
+``python -m tidewire`` prints the version, the library path and the transports this host can
+use (:mod:`tidewire.host`).
 """
 
 from . import _errors
@@ -44,12 +50,15 @@ from .core import (
     Opcode,
     Registration,
     Request,
+    RequestArray,
     ScatterOp,
     ScatterRange,
     Segment,
+    StreamOp,
     TaskState,
     TaskStatus,
     buffer_address,
+    gpu_devices,
 )
 
 __version__ = "0.1.0"
@@ -59,6 +68,8 @@ __all__ = [
     "Batch",
     "ScatterOp",
     "ScatterRange",
+    "StreamOp",
+    "RequestArray",
     "Registration",
     "Segment",
     "Request",
@@ -71,6 +82,7 @@ __all__ = [
     "Notification",
     "CONFIG_KEYS",
     "buffer_address",
+    "gpu_devices",
     "library_path",
     "library_version",
     "LibraryNotFound",

@@ -1,9 +1,11 @@
-"""ctypes declarations for the native tidewire C API (``include/tidewire.h``).
+"""ctypes declarations for the native tidewire C API (``include/tidewire.h``): the package's
+only ctypes layer (the other modules call the library through :func:`lib` and the classes of
+:mod:`tidewire.core`).
 
 The library is found, in order, through:
 
 1. the ``TIDEWIRE_LIB`` environment variable (a path to the shared library),
-2. ``libtidewire.so`` next to this package (an installed copy),
+2. ``libtidewire.so`` inside this package (the copy a wheel carries),
 3. the project's build output, ``../target/release/libtidewire.so`` relative to ``python/``.
 
 It is loaded on first use with :func:`lib`, so ``import tidewire`` works without it. Every
@@ -206,7 +208,7 @@ def library_candidates():
     env = os.environ.get("TIDEWIRE_LIB")
     if env:
         out.append(("TIDEWIRE_LIB", env))
-    out.append(("next to the package", os.path.join(here, "libtidewire.so")))
+    out.append(("inside the package", os.path.join(here, "libtidewire.so")))
     root = os.path.dirname(os.path.dirname(here))  # python/tidewire -> python -> project
     out.append(("project build output", os.path.join(root, "target", "release", "libtidewire.so")))
     return out
@@ -244,7 +246,8 @@ def _load():
     raise LibraryNotFound(
         "cannot load the tidewire library (libtidewire.so); tried:\n"
         + "\n".join(tried)
-        + "\nBuild it with `make build` or set TIDEWIRE_LIB to its path."
+        + "\nInstall a wheel that carries it (`pip install ./python` from the source tree), "
+        "build it with `make build`, or set TIDEWIRE_LIB to its path."
     )
 
 

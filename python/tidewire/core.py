@@ -10,6 +10,7 @@ the library releases the GIL.
 import ctypes
 import enum
 import json
+import sys
 import threading
 import weakref
 from array import array
@@ -19,6 +20,7 @@ from ctypes import byref, c_int32, c_size_t, c_uint16, c_uint64, c_void_p
 from . import _ffi
 from ._errors import CallbackError, Shutdown, check, error_for
 from ._ffi import Notification as _CNotification
+from ._ffi import Buffer as _CBuffer
 from ._ffi import ScatterRange as _CScatterRange
 from ._ffi import TransferRequest as _CRequest
 from ._ffi import TransferStatus as _CStatus
@@ -38,7 +40,11 @@ __all__ = [
     "Segment",
     "Batch",
     "ScatterOp",
+    "StreamOp",
+    "RequestArray",
     "CONFIG_KEYS",
+    "buffer_address",
+    "gpu_devices",
 ]
 
 
@@ -83,10 +89,26 @@ CONFIG_KEYS = (
     "tcp_lanes",
     "tcp_proto",
     "slice_size",
+    "same_host",
     "connect_timeout_ms",
     "io_timeout_ms",
     "handshake_max_len",
+    "rdma",
+    "rdma_devices",
+    "rdma_slice_size",
+    "rdma_qp_per_ep",
+    "rdma_max_wr",
+    "rdma_retries",
 )
+
+
+def gpu_devices():
+    """Number of CUDA devices the library can use. Raises :class:`Unsupported` (the message
+    says why) when the driver (``libcuda.so.1``, or ``TW_CUDA_LIB``) cannot be loaded or finds
+    no device. The library loads CUDA at run time, so this is a property of the host."""
+    n = c_int32()
+    check(_ffi.lib().tw_gpu_available(byref(n)))
+    return n.value
 
 
 class ScatterRange:
@@ -126,7 +148,7 @@ def _timeout_ms(timeout):
         return -1
     if timeout < 0:
         raise ValueError("timeout must be None or >= 0 seconds")
-    return int(timeout * 1000)
+    return round(timeout * 1000)
 
 
 def buffer_address(obj, length=None):
@@ -188,6 +210,94 @@ def _size_array(values):
     words = array("Q", values)
     n = len(words)
     return ((c_size_t * n).from_buffer(words) if n else None), words
+
+
+_LITTLE_LP64 = sys.byteorder == "little" and ctypes.sizeof(c_void_p) == 8
+
+
+class RequestArray:
+    """Requests over int addresses, packed into the library's layout at C speed.
+
+    ``RequestArray(opcode, segment, local_addrs, remote_addrs, lengths)``: request ``i`` moves
+    ``lengths[i]`` bytes between ``local_addrs[i]`` and ``remote_addrs[i]`` of ``segment`` (a
+    :class:`Segment` or an id). Meant for many small requests, where building :class:`Request`
+    tuples would cost more than the transfer. Accepted wherever a list of requests is
+    (:meth:`Batch.submit`, :meth:`Engine.transfer`, :meth:`Engine.transfer_on_stream`).
+    Raises ``ValueError`` when the lists differ in length, ``TypeError``/``OverflowError`` for an
+    element that is not an int in ``[0, 2**64)``. Addresses are not kept alive: the caller owns
+    the memory.
+    """
+
+    __slots__ = ("array", "count", "total_bytes", "_words")
+
+    def __init__(self, opcode, segment, local_addrs, remote_addrs, lengths):
+        n = len(local_addrs)
+        if len(remote_addrs) != n or len(lengths) != n:
+            raise ValueError("local_addrs, remote_addrs and lengths differ in length")
+        opcode = int(opcode)
+        segment = segment.id if isinstance(segment, Segment) else int(segment)
+        self.count = n
+        if _LITTLE_LP64:
+            # Four 64-bit words per request: (opcode | segment << 32), local, remote, length.
+            head = (opcode & 0xFFFFFFFF) | ((segment & 0xFFFFFFFF) << 32)
+            words = array("Q", (head, 0, 0, 0)) * n
+            words[1::4] = array("Q", local_addrs)
+            words[2::4] = array("Q", remote_addrs)
+            first = lengths[0] if n else 0
+            if n > 16 and type(first) is int and lengths.count(first) == n:
+                # Uniform lengths (the common case): no per-element conversion.
+                words[3::4] = array("Q", (first,)) * n
+                total = first * n
+            else:
+                lens = array("Q", lengths)
+                words[3::4] = lens
+                total = sum(lens)
+            self._words = words
+            self.array = (_CRequest * n).from_buffer(words) if n else None
+        else:
+            arr = (_CRequest * n)() if n else None
+            total = 0
+            for i in range(n):
+                r = arr[i]
+                r.opcode, r.segment = opcode, segment
+                r.local_addr, r.remote_addr, r.length = local_addrs[i], remote_addrs[i], lengths[i]
+                if local_addrs[i] is None or lengths[i] < 0 or remote_addrs[i] < 0:
+                    raise TypeError(f"request {i}: addresses and lengths must be ints >= 0")
+                total += lengths[i]
+            self._words = None
+            self.array = arr
+        self.total_bytes = total
+
+    def __len__(self):
+        return self.count
+
+    def __repr__(self):
+        return f"<RequestArray {self.count} requests, {self.total_bytes} bytes>"
+
+
+class _Scratch:
+    """Per-thread ctypes objects reused by single-request transfers (no allocation per call)."""
+
+    __slots__ = ("req", "req_ref", "bid", "bid_ref", "st", "st_ref")
+
+    def __init__(self):
+        self.req = _CRequest()
+        self.req_ref = byref(self.req)
+        self.bid = c_uint64()
+        self.bid_ref = byref(self.bid)
+        self.st = _CStatus()
+        self.st_ref = byref(self.st)
+
+
+_tls = threading.local()
+
+
+def _scratch():
+    try:
+        return _tls.s
+    except AttributeError:
+        s = _tls.s = _Scratch()
+        return s
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,7 +376,7 @@ class Segment:
 
     def refresh(self):
         """Re-fetches the peer's descriptor (after it registered more memory)."""
-        check(self._engine._lib.tw_segment_refresh(self._engine._handle(), self.id))
+        self._engine.refresh_segment(self.id)
 
     def descriptor(self):
         """The peer's descriptor (Mooncake JSON) as a dict."""
@@ -304,12 +414,11 @@ class Batch:
         return self._count
 
     def submit(self, requests, notify=None):
-        """Submits requests (:class:`Request` or 5-tuples); all are validated before any
-        starts. ``notify=(name, msg)`` is sent to the first request's segment once the whole
-        batch has completed."""
+        """Submits requests (:class:`Request` or 5-tuples, or a :class:`RequestArray`); all are
+        validated before any starts. ``notify=(name, msg)`` is sent to the first request's
+        segment once the whole batch has completed."""
         eng = self._engine
-        reqs, keep = eng._requests(requests)
-        n = len(reqs)
+        reqs, n, keep = eng._requests(requests)
         h = eng._handle()
         if notify is None:
             rc = eng._lib.tw_batch_submit(h, self.id, reqs, n)
@@ -340,8 +449,44 @@ class Batch:
         """True when no task is in flight."""
         rc = self._engine._lib.tw_batch_wait(self._engine._handle(), self.id, 0)
         if rc == _ffi.TW_ERR_TIMEOUT:
-            return not any(self.status(i).state == TaskState.WAITING for i in range(self._count))
+            return not self._in_flight()
         return True
+
+    def _in_flight(self):
+        lib, h, s = self._engine._lib, self._engine._handle(), _scratch()
+        for task in range(self._count):
+            if lib.tw_batch_status(h, self.id, task, s.st_ref) != 0:
+                return False
+            if s.st.state == _ffi.TW_TASK_WAITING:
+                return True
+        return False
+
+    def poll(self):
+        """Never blocks: True when every task completed, False while any is in flight; raises
+        the first failed task's error."""
+        lib, h = self._engine._lib, self._engine._handle()
+        rc = lib.tw_batch_wait(h, self.id, 0)
+        if rc == _ffi.TW_ERR_TIMEOUT:
+            if self._in_flight():
+                return False
+            # Every task ended between the two looks: the batch goes idle within microseconds
+            # (its latch is released right after the last task), so a bounded wait gets the
+            # final answer; a zero wait could still lose that race and report a timeout.
+            rc = lib.tw_batch_wait(h, self.id, 1000)
+        check(rc)
+        return True
+
+    def discard(self):
+        """Frees the batch without waiting: now, or, while work is in flight, as soon as the
+        engine notices it finished (the batch's buffers stay referenced until then). Use it to
+        abandon a batch after a timeout. Idempotent."""
+        if self._freed:
+            return
+        self._freed = True
+        eng = self._engine
+        if not eng.closed:
+            eng._free_or_park(self.id, self._keep)
+        self._keep = []
 
     def close(self):
         """Frees the batch. Raises :class:`Busy` while work is in flight (the batch stays
@@ -495,6 +640,45 @@ class ScatterOp(_Owned):
         return f"<ScatterOp {getattr(self, 'id', 0):#x} fragments={self.fragments}>"
 
 
+class StreamOp(_Owned):
+    """A transfer ordered on a CUDA stream (:meth:`Engine.transfer_on_stream`): ``status()``,
+    ``wait(timeout)``; ``close`` frees it once finished."""
+
+    def __init__(self, engine, op_id, keep):
+        self._engine = engine
+        self.id = op_id
+        self._keep = keep
+        self._freed = False
+
+    def status(self):
+        """:class:`TaskStatus` of the operation (WAITING until the stream reached it and it
+        finished)."""
+        st = _CStatus()
+        check(self._engine._lib.tw_stream_op_status(self._engine._handle(), self.id, byref(st)))
+        return TaskStatus(TaskState(st.state), st.result, st.transferred_bytes)
+
+    def wait(self, timeout=None):
+        """Waits for the operation (``timeout`` in seconds, None = no limit); raises its error,
+        or :class:`TransferTimeout` (nothing is cancelled)."""
+        check(self._engine._lib.tw_stream_op_wait(self._engine._handle(), self.id,
+                                                  _timeout_ms(timeout)))
+
+    def close(self):
+        """Frees the operation. Raises :class:`Busy` while it has not finished. Idempotent."""
+        if self._freed:
+            return
+        eng = self._engine
+        if not eng.closed:
+            check(eng._lib.tw_stream_op_free(eng._handle(), self.id))
+        self._freed = True
+        self._keep = []
+
+    free = close
+
+    def __repr__(self):
+        return f"<StreamOp {self.id:#x}>"
+
+
 class Engine(_Owned):
     """A tidewire engine. Keyword options map to the library's configuration keys
     (:data:`CONFIG_KEYS`), e.g. ``Engine(metadata="P2PHANDSHAKE", local_server_name="127.0.0.1",
@@ -505,6 +689,8 @@ class Engine(_Owned):
         self._lib = lib
         self._eng = None
         self._ops = weakref.WeakValueDictionary()
+        self._parked = {}  # batch id -> buffers it uses: freed once its work has finished
+        self._park_lock = threading.Lock()
         cfg = c_void_p()
         check(lib.tw_config_new(byref(cfg)))
         try:
@@ -532,6 +718,12 @@ class Engine(_Owned):
         """True after :meth:`close`."""
         return self._eng is None
 
+    @property
+    def handle(self):
+        """The native ``tw_engine *`` (a ``ctypes.c_void_p``), for C code that takes one.
+        Valid until :meth:`close`."""
+        return self._handle()
+
     def _handle(self):
         eng = self._eng
         if eng is None:
@@ -539,8 +731,8 @@ class Engine(_Owned):
         return eng
 
     def close(self):
-        """Frees outstanding scatter operations (their callbacks fire), then stops the engine.
-        Idempotent."""
+        """Frees outstanding scatter operations (their callbacks fire), then stops the engine
+        (work still in flight fails). Idempotent."""
         if self._eng is None:
             return
         for op in list(self._ops.values()):
@@ -550,7 +742,7 @@ class Engine(_Owned):
                 pass
         eng, self._eng = self._eng, None
         self._lib.tw_engine_free(eng)
-
+        self._parked = {}
 
     def __repr__(self):
         return f"<tidewire.Engine {self.name!r}{' closed' if self.closed else ''}>"
@@ -561,7 +753,9 @@ class Engine(_Owned):
     def register(self, buf, length=None, location="*", remote_accessible=True):
         """Registers a buffer (or ``length`` bytes at an int address) and returns a
         :class:`Registration`. Peers can never touch a range registered with
-        ``remote_accessible=False``."""
+        ``remote_accessible=False``. Registering the exact same range again is counted (each
+        registration is dropped separately); a partial overlap raises
+        :class:`AddressOverlapped`."""
         addr, size, keep = buffer_address(buf, length)
         location = "*" if location is None else location
         if addr == 0:
@@ -569,6 +763,18 @@ class Engine(_Owned):
         check(self._lib.tw_memory_register(self._handle(), addr, size, location.encode(),
                                            bool(remote_accessible)))
         return Registration(self, addr, size, location, bool(remote_accessible), keep)
+
+    def register_many(self, ranges, location="*"):
+        """Registers several ranges, all or none (remote accessible), and returns their
+        :class:`Registration` objects. ``ranges``: ``(address, length)`` pairs of ints."""
+        ranges = list(ranges)
+        n = len(ranges)
+        words = array("Q", (0, 0)) * n
+        words[0::2] = array("Q", (r[0] for r in ranges))
+        words[1::2] = array("Q", (r[1] for r in ranges))
+        bufs = (_CBuffer * n).from_buffer(words) if n else None
+        check(self._lib.tw_memory_register_batch(self._handle(), bufs, n, location.encode()))
+        return [Registration(self, a, ln, location, True, None) for a, ln in ranges]
 
     def unregister(self, addr):
         """Drops one registration of the range starting at ``addr`` (an int, a
@@ -579,6 +785,13 @@ class Engine(_Owned):
         if not isinstance(addr, int):
             addr = buffer_address(addr)[0]
         check(self._lib.tw_memory_unregister(self._handle(), addr))
+
+    def memory_location(self, addr):
+        """Where ``addr`` lives, as the library sees it: ``"cpu:N"``, ``"cuda:N"`` or
+        ``"*"``."""
+        buf = ctypes.create_string_buffer(64)
+        check(self._lib.tw_memory_location(self._handle(), addr, buf, len(buf)))
+        return buf.value.decode()
 
     # ----------------------------------------------------------------------------------------
     # segments
@@ -606,14 +819,19 @@ class Engine(_Owned):
         seg = self._segment_id(segment)
         needed = c_size_t(0)
         size = 4096
-        while True:
+        for _ in range(8):
             buf = ctypes.create_string_buffer(size)
             rc = self._lib.tw_segment_descriptor(self._handle(), seg, buf, size, byref(needed))
-            if rc == _ffi.TW_ERR_BUFFER_TOO_SMALL and needed.value > size:
-                size = needed.value
+            if rc == _ffi.TW_ERR_BUFFER_TOO_SMALL:
+                size = max(needed.value, size * 2)
                 continue
             check(rc)
-            return json.loads(buf.value.decode())
+            return json.loads(buf.value.decode("utf-8", "replace"))
+        raise error_for(_ffi.TW_ERR_BUFFER_TOO_SMALL, "descriptor keeps growing")
+
+    def refresh_segment(self, segment):
+        """Re-fetches an open segment's descriptor (after the peer registered more memory)."""
+        check(self._lib.tw_segment_refresh(self._handle(), self._segment_id(segment)))
 
     def probe(self, name):
         """Checks that the peer ``name`` answers on its RPC port (raises otherwise)."""
@@ -623,6 +841,9 @@ class Engine(_Owned):
     # transfers
     # ----------------------------------------------------------------------------------------
     def _requests(self, requests):
+        """``(ctypes array or None, count, buffers to keep alive)``."""
+        if isinstance(requests, RequestArray):
+            return requests.array, requests.count, [requests]
         reqs = list(requests)
         arr = (_CRequest * len(reqs))() if reqs else None
         keep = []
@@ -643,35 +864,118 @@ class Engine(_Owned):
             c.local_addr = addr
             c.remote_addr = r.remote
             c.length = size
-        return arr, keep
+        return arr, len(reqs), keep
 
     def batch(self, capacity):
         """Allocates a :class:`Batch` holding up to ``capacity`` requests."""
         return Batch(self, capacity)
 
-    def transfer(self, requests, timeout=None, notify=None):
-        """Runs requests as one batch and waits (``timeout`` seconds, None = no limit).
-        Raises the first failure."""
-        reqs = list(requests)
-        with Batch(self, len(reqs)) as b:
-            b.submit(reqs, notify=notify)
-            b.wait(timeout)
+    def _free_or_park(self, bid, keep):
+        """Frees a batch, or keeps it (and its buffers) to free once its work has finished."""
+        if self._lib.tw_batch_free(self._handle(), bid) == _ffi.TW_ERR_BUSY:
+            with self._park_lock:
+                self._parked[bid] = keep
 
-    def read(self, segment, local, remote, length=None, timeout=None):
+    def reap(self):
+        """Frees the batches abandoned while in flight (after a timeout) whose work has
+        finished since; returns how many are still in flight. Called by every transfer."""
+        if not self._parked or self._eng is None:
+            return 0
+        free, h = self._lib.tw_batch_free, self._eng
+        with self._park_lock:
+            for bid in list(self._parked):
+                if free(h, bid) != _ffi.TW_ERR_BUSY:
+                    del self._parked[bid]
+            return len(self._parked)
+
+    @property
+    def parked(self):
+        """Ids of the batches abandoned while in flight and not freed yet (see :meth:`reap`)."""
+        return list(self._parked)
+
+    def _run(self, arr, n, keep, timeout_ms, notify, s=None):
+        """One batch: alloc, submit, wait, free (parked when the wait ran out)."""
+        lib, h = self._lib, self._eng
+        if h is None:
+            h = self._handle()  # raises Shutdown
+        if s is None:
+            s = _scratch()
+        check(lib.tw_batch_alloc(h, n, s.bid_ref))
+        bid = s.bid.value
+        if notify is None:
+            rc = lib.tw_batch_submit(h, bid, arr, n)
+        else:
+            rc = lib.tw_batch_submit_with_notify(h, bid, arr, n, notify[0].encode(),
+                                                 notify[1].encode())
+        if rc == 0:
+            rc = lib.tw_batch_wait(h, bid, timeout_ms)
+        err = error_for(rc) if rc else None  # before free() replaces the thread's message
+        if lib.tw_batch_free(h, bid) == _ffi.TW_ERR_BUSY:
+            with self._park_lock:
+                self._parked[bid] = keep  # timed out, still in flight: freed later
+        if self._parked:
+            self.reap()
+        if err is not None:
+            raise err
+
+    def transfer(self, requests, timeout=None, notify=None):
+        """Runs requests (a list of :class:`Request` or a :class:`RequestArray`) as one batch
+        and waits (``timeout`` seconds, None = no limit). Raises the first failure. After a
+        :class:`TransferTimeout` the work goes on; the engine frees its batch once it ends."""
+        if notify is not None and not isinstance(notify, tuple):
+            notify = tuple(notify)
+        arr, n, keep = self._requests(requests)
+        self._run(arr, n, keep, _timeout_ms(timeout), notify)
+
+    def _one(self, opcode, segment, local, remote, length, timeout_ms, notify):
+        """One request, waited for (``timeout_ms`` < 0: no limit). The single-request path of
+        :meth:`read`/:meth:`write` and of Mooncake's ``transfer_sync_*``: nothing is allocated
+        per call."""
+        if local is None or type(local) is int:
+            if length is None:
+                raise TypeError("length is required when local is an int address")
+            addr, size, keep = local or 0, length, None
+        else:
+            addr, size, keep = buffer_address(local, length)
+        seg = segment if type(segment) is int else self._segment_id(segment)
+        s = _scratch()
+        req = s.req
+        req.opcode = opcode
+        req.segment = seg
+        req.local_addr = addr
+        req.remote_addr = remote
+        req.length = size
+        self._run(s.req_ref, 1, keep, timeout_ms, notify, s)
+
+    def read(self, segment, local, remote, length=None, timeout=None, notify=None):
         """Reads ``length`` bytes (default: the local buffer's size) from ``remote`` in
-        ``segment`` into ``local``."""
-        self.transfer([Request(READ, segment, local, remote, length)], timeout)
+        ``segment`` into ``local`` (a buffer or an int address); ``notify=(name, msg)`` is
+        delivered once it completed."""
+        self._one(0, segment, local, remote, length, _timeout_ms(timeout), notify)
 
     def write(self, segment, local, remote, length=None, timeout=None, notify=None):
         """Writes ``length`` bytes (default: the local buffer's size) from ``local`` to
-        ``remote`` in ``segment``."""
-        self.transfer([Request(WRITE, segment, local, remote, length)], timeout, notify)
+        ``remote`` in ``segment``; ``notify=(name, msg)`` is delivered once it completed."""
+        self._one(1, segment, local, remote, length, _timeout_ms(timeout), notify)
 
     def scatter(self, ranges, callback=None):
         """Submits a scatter operation over :class:`ScatterRange` objects and returns a
         :class:`ScatterOp`. Per-fragment problems (bounds, unregistered memory, unknown
         segment) fail only those fragments."""
         return ScatterOp(self, list(ranges), callback)
+
+    def transfer_on_stream(self, requests, stream, track=True):
+        """Orders requests on a CUDA stream (``stream``: a ``cudaStream_t``/``CUstream`` as an
+        int; 0 = the legacy default stream): they start when the stream reaches this point, and
+        later work on the stream waits for them. Segments and local ranges are checked now
+        (errors raise here). Returns a :class:`StreamOp`, or None with ``track=False`` (then
+        the operation frees itself and later failures are only logged). Raises
+        :class:`Unsupported` without a CUDA driver."""
+        arr, n, keep = self._requests(requests)
+        out = c_uint64()
+        check(self._lib.tw_transfer_on_stream(self._handle(), arr, n, c_void_p(stream or None),
+                                              byref(out) if track else None))
+        return StreamOp(self, out.value, keep) if track else None
 
     # ----------------------------------------------------------------------------------------
     # notifications

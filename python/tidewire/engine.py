@@ -5,6 +5,11 @@ and return conventions, so existing code switches by changing one import::
 
     from tidewire.engine import TransferEngine, TransferNotify, TransferOpcode
 
+It is a thin layer over the pythonic API (:class:`tidewire.Engine`, :class:`tidewire.Batch`,
+:class:`tidewire.RequestArray`, ...) and never calls the library itself: exceptions become
+Mooncake's return codes. (``ctypes`` is used here only to copy bytes at raw addresses, for
+``write_bytes_to_buffer``/``read_bytes_from_buffer`` and managed buffers.)
+
 Return conventions (as Mooncake's Python wrapper):
 
 - transfers and most calls: ``0`` on success, ``-1`` on failure or timeout;
@@ -15,26 +20,27 @@ Return conventions (as Mooncake's Python wrapper):
   (``-1`` invalid argument, ``-3`` address not registered, ``-7`` overlap, ``-102`` socket ...).
 
 Sync transfers wait at most ``MC_TRANSFER_TIMEOUT`` seconds (at least 5, default 30) plus one
-nanosecond per byte. Every call into the library releases the GIL. CUDA stream methods are not
-provided (``SUPPORT_CUDA`` is ``False``); ``transport_hint`` is accepted and ignored, as in
-Mooncake's classic engine. Metadata: ``P2PHANDSHAKE`` or ``http(s)://...``; other schemes
-(etcd, redis) make ``initialize`` return ``-1``. Protocol ``"rdma"`` on a host without RDMA
-devices runs over TCP, as Mooncake does.
+millisecond per MB. Every call into the library releases the GIL. The CUDA stream methods of
+Mooncake's CUDA builds (``transfer_write_on_cuda`` and friends) are provided in every build and
+work when a CUDA driver is present (``SUPPORT_CUDA``); ``transport_hint`` is accepted and
+ignored, as in Mooncake's classic engine. Metadata: ``P2PHANDSHAKE`` or ``http://...``;
+``https://`` and other schemes (etcd, redis) make ``initialize`` return ``-1``. The
+``protocol`` argument does not pick the transport (``"xgmi"`` is refused): every engine uses
+RDMA toward peers that publish it when a verbs device is usable, and TCP otherwise, as Mooncake
+does with ``"rdma"`` on a host without RDMA devices; ``MC_FORCE_TCP=1`` (or ``TW_RDMA=off``)
+keeps it on TCP.
 """
 
 import ctypes
 import enum
-import json
 import mmap
 import os
-import sys
 import threading
 import time
-from array import array
-from ctypes import byref, c_int32, c_size_t, c_uint16, c_uint64, c_void_p
 
 from . import _ffi
-from ._ffi import Buffer, Notification, TransferRequest, TransferStatus
+from ._errors import TidewireError
+from .core import Engine, RequestArray, gpu_devices
 
 __all__ = [
     "TransferEngine",
@@ -51,11 +57,11 @@ __all__ = [
     "P2PHANDSHAKE",
 ]
 
+
 def _cuda_devices():
     """Number of CUDA devices the library can use (0 without a driver or GPU)."""
     try:
-        n = ctypes.c_int32()
-        return n.value if _ffi.lib().tw_gpu_available(ctypes.byref(n)) == 0 else 0
+        return gpu_devices()
     except Exception:  # library not loadable yet: reported when an engine is created
         return 0
 
@@ -70,7 +76,6 @@ SUPPORT_MUSA = False
 SUPPORT_INTRA_NVLINK = False
 
 P2PHANDSHAKE = "P2PHANDSHAKE"
-
 
 class TransferOpcode(enum.IntEnum):
     """Direction of a transfer: ``Read`` (remote to local) or ``Write`` (local to remote)."""
@@ -129,6 +134,15 @@ def mooncake_code(code):
     return _MOONCAKE_CODE.get(code, -1)
 
 
+def _code(exc):
+    """Mooncake code of an exception raised by the pythonic API (bad Python input: -1)."""
+    return mooncake_code(exc.code) if isinstance(exc, TidewireError) else -1
+
+
+#: Bad input from Python (wrong element types, lengths) and library failures alike.
+_FAILURES = (TidewireError, TypeError, ValueError, OverflowError)
+
+
 def _transfer_timeout_s():
     v = os.environ.get("MC_TRANSFER_TIMEOUT")
     if v is None:
@@ -143,56 +157,6 @@ def _conn_string(metadata_server):
     if metadata_server == P2PHANDSHAKE or "://" in metadata_server:
         return metadata_server
     return "etcd://" + metadata_server  # Mooncake's default scheme; unsupported here
-
-
-_LITTLE = sys.byteorder == "little" and ctypes.sizeof(c_void_p) == 8
-
-
-def _request_array(opcode, segment, buffers, peers, lengths):
-    """Builds ``n`` tw_transfer_request structs from three int lists (at C speed).
-
-    Returns (ctypes array, total length). Raises TypeError/OverflowError on bad elements.
-    """
-    n = len(buffers)
-    if _LITTLE:
-        words = array("Q", (opcode | (segment << 32), 0, 0, 0)) * n
-        words[1::4] = array("Q", buffers)
-        words[2::4] = array("Q", peers)
-        first = lengths[0] if n else 0
-        if n > 16 and type(first) is int and lengths.count(first) == n:
-            # Uniform lengths (the common case): skip converting the list element by element.
-            words[3::4] = array("Q", (first,)) * n
-            return (TransferRequest * n).from_buffer(words), first * n
-        lens = array("Q", lengths)
-        words[3::4] = lens
-        return (TransferRequest * n).from_buffer(words), sum(lens)
-    arr = (TransferRequest * n)()
-    total = 0
-    for i in range(n):
-        r = arr[i]
-        r.opcode = opcode
-        r.segment = segment
-        r.local_addr = buffers[i]
-        r.remote_addr = peers[i]
-        r.length = lengths[i]
-        total += lengths[i]
-    return arr, total
-
-
-class _Scratch:
-    """Per-thread preallocated ctypes objects for the single-request hot path."""
-
-    __slots__ = ("req", "req_ref", "bid", "bid_ref", "seg", "seg_ref", "st", "st_ref")
-
-    def __init__(self):
-        self.req = TransferRequest()
-        self.req_ref = byref(self.req)
-        self.bid = c_uint64()
-        self.bid_ref = byref(self.bid)
-        self.seg = c_int32()
-        self.seg_ref = byref(self.seg)
-        self.st = TransferStatus()
-        self.st_ref = byref(self.st)
 
 
 def _topology_json():
@@ -210,38 +174,28 @@ def _topology_json():
 
 
 class TransferEngine:
-    """Mooncake-compatible transfer engine (see the module documentation)."""
+    """Mooncake-compatible transfer engine (see the module documentation), built on
+    :class:`tidewire.Engine`."""
 
     TransferOpcode = TransferOpcode
 
     def __init__(self):
-        lib = _ffi.lib()
-        self._lib = lib
-        self._eng = c_void_p()  # NULL until initialize(): every call then fails cleanly
+        _ffi.library_path()  # a missing library fails here (LibraryNotFound)
+        self._engine = None  # a tidewire.Engine after initialize(); calls fail cleanly before
         self._name = ""
         self._timeout_ns = _transfer_timeout_s() * 1_000_000_000
         self._timeout_ms = self._timeout_ns // 1_000_000
-        self._segs = {}
-        self._async = {}  # batch id -> (start ns, total bytes, task count)
-        self._orphans = []  # batches that timed out and could not be freed yet
-        self._orphan_lock = threading.Lock()
-        self._managed = {}  # addr -> (mmap, ctypes view)
-        self._tls = threading.local()
-        # Bound once: attribute lookups on the CDLL are slower than on self.
-        self._alloc = lib.tw_batch_alloc
-        self._submit = lib.tw_batch_submit
-        self._submit_notify = lib.tw_batch_submit_with_notify
-        self._wait = lib.tw_batch_wait
-        self._free = lib.tw_batch_free
-        self._status = lib.tw_batch_status
-        self._open_fn = lib.tw_segment_open
-        self._engine_free = lib.tw_engine_free
+        self._segs = {}  # segment name -> id
+        self._async = {}  # batch id -> (Batch, start ns, total bytes)
+        self._regs = {}  # address -> [Registration, ...] (an exact re-registration is counted)
+        self._managed = {}  # address -> (mmap, ctypes view)
+        self._lock = threading.Lock()
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
     # ----------------------------------------------------------------------------------------
     def initialize(self, local_hostname, metadata_server, protocol, device_name):
-        """Starts the engine. ``metadata_server``: ``"P2PHANDSHAKE"`` or ``http(s)://...``.
+        """Starts the engine. ``metadata_server``: ``"P2PHANDSHAKE"`` or ``http://...``.
 
         In P2P mode the segment name is ``<host>:<rpc_port>`` (the port in ``local_hostname``
         is ignored). Returns 0 or -1.
@@ -263,36 +217,22 @@ class TransferEngine:
                 raise TypeError(f"expected str, got {type(v).__name__}")
         if protocol == "xgmi":
             return -1
-        lib = self._lib
-        cfg = c_void_p()
-        if lib.tw_config_new(byref(cfg)) != 0:
-            return -1
         try:
-            for key, value in (("metadata", conn), ("local_server_name", local_hostname)):
-                if lib.tw_config_set(cfg, key.encode(), value.encode()) != 0:
-                    return -1
-            eng = c_void_p()
-            if lib.tw_engine_new(cfg, byref(eng)) != 0:
-                return -1
-        finally:
-            lib.tw_config_free(cfg)
-        buf = ctypes.create_string_buffer(1024)
-        if lib.tw_engine_segment_name(eng, buf, len(buf)) != 0:
-            lib.tw_engine_free(eng)
+            engine = Engine(metadata=conn, local_server_name=local_hostname)
+        except TidewireError:
             return -1
         self._shutdown_engine()
-        self._eng = eng
-        self._name = buf.value.decode()
+        self._engine = engine
+        self._name = engine.name
         return 0
 
     def _shutdown_engine(self):
-        eng = self._eng
-        if eng:
-            self._eng = c_void_p()
-            self._segs = {}
-            self._async = {}
-            self._orphans = []
-            self._engine_free(eng)
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
+        self._segs = {}
+        self._async = {}
+        self._regs = {}
         for mm, view in self._managed.values():
             del view
             try:
@@ -320,33 +260,23 @@ class TransferEngine:
 
     def get_rpc_port(self):
         """The engine's RPC (handshake) port; -1 before :meth:`initialize`."""
-        port = c_uint16()
-        if self._lib.tw_engine_rpc_port(self._eng, byref(port)) != 0:
-            return -1
-        return port.value
+        return self._engine.rpc_port if self._engine is not None else -1
 
     def get_segment_name(self):
         """tidewire extension: the name peers open (``host:rpc_port`` in P2P mode)."""
         return self._name
 
     def get_engine(self):
-        """The native engine handle (a ``ctypes.c_void_p``)."""
-        return self._eng
+        """The native engine handle (a ``ctypes.c_void_p``; NULL before :meth:`initialize`)."""
+        return self._engine.handle if self._engine is not None else ctypes.c_void_p()
 
     def get_engine_ptr(self):
         """The native engine handle as an int (0 before :meth:`initialize`)."""
-        return self._eng.value or 0
+        return self.get_engine().value or 0
 
     # ----------------------------------------------------------------------------------------
     # helpers
     # ----------------------------------------------------------------------------------------
-    def _scratch(self):
-        try:
-            return self._tls.s
-        except AttributeError:
-            s = self._tls.s = _Scratch()
-            return s
-
     def _segment(self, target_hostname):
         """Cached segment id for a name, or -1."""
         seg = self._segs.get(target_hostname)
@@ -354,28 +284,23 @@ class TransferEngine:
             return seg
         if not isinstance(target_hostname, str):
             raise TypeError(f"target_hostname must be str, not {type(target_hostname).__name__}")
-        out = c_int32()
-        if self._open_fn(self._eng, target_hostname.encode(), byref(out)) != 0:
+        if self._engine is None:
             return -1
-        self._segs[target_hostname] = out.value
-        return out.value
+        try:
+            seg = self._engine.open_segment(target_hostname).id
+        except TidewireError:
+            return -1
+        self._segs[target_hostname] = seg
+        return seg
 
-    def _dispose(self, bid):
-        """Frees a batch; one still in flight is kept and freed later."""
-        if self._free(self._eng, bid) == _ffi.TW_ERR_BUSY:
-            self._orphan(bid)
-
-    def _orphan(self, bid):
-        with self._orphan_lock:
-            self._orphans.append(bid)
+    @property
+    def _orphans(self):
+        """Batches abandoned after a timeout and not freed yet (freed by later calls)."""
+        return self._engine.parked if self._engine is not None else []
 
     def _reap(self):
-        with self._orphan_lock:
-            left = []
-            for bid in self._orphans:
-                if self._free(self._eng, bid) == _ffi.TW_ERR_BUSY:
-                    left.append(bid)
-            self._orphans = left
+        if self._engine is not None:
+            self._engine.reap()
 
     def _sync_one(self, target_hostname, buffer, peer_buffer_address, length, opcode, notify):
         seg = self._segs.get(target_hostname)
@@ -383,29 +308,14 @@ class TransferEngine:
             seg = self._segment(target_hostname)
             if seg < 0:
                 return -1
-        s = self._scratch()
-        req = s.req
-        req.opcode = opcode
-        req.segment = seg
-        req.local_addr = buffer
-        req.remote_addr = peer_buffer_address
-        req.length = length
-        eng = self._eng
-        if self._alloc(eng, 1, s.bid_ref):
+        try:
+            # Engine.read/write without their argument conversion (the hot path).
+            self._engine._one(opcode, seg, buffer, peer_buffer_address, length,
+                              self._timeout_ms + length // 1_000_000,
+                              None if notify is None else (notify.name, notify.msg))
+        except _FAILURES:
             return -1
-        bid = s.bid.value
-        if notify is None:
-            rc = self._submit(eng, bid, s.req_ref, 1)
-        else:
-            rc = self._submit_notify(eng, bid, s.req_ref, 1, notify.name.encode(),
-                                     notify.msg.encode())
-        if rc == 0:
-            rc = self._wait(eng, bid, self._timeout_ms + req.length // 1_000_000)
-        if self._free(eng, bid) == _ffi.TW_ERR_BUSY:
-            self._orphan(bid)  # timed out: still in flight
-        if self._orphans:
-            self._reap()
-        return 0 if rc == 0 else -1
+        return 0
 
     def _sync_many(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode,
                    notify):
@@ -420,25 +330,12 @@ class TransferEngine:
         if n == 0 and notify is not None:
             return -1  # Mooncake: a notify needs at least one request
         try:
-            reqs, total = _request_array(int(opcode), seg, buffers, peer_buffer_addresses, lengths)
-        except (TypeError, OverflowError, ValueError):
+            reqs = RequestArray(int(opcode), seg, buffers, peer_buffer_addresses, lengths)
+            self._engine.transfer(reqs, (self._timeout_ms + reqs.total_bytes // 1_000_000) / 1000,
+                                  None if notify is None else (notify.name, notify.msg))
+        except _FAILURES:
             return -1
-        s = self._scratch()
-        eng = self._eng
-        if self._alloc(eng, n, s.bid_ref):
-            return -1
-        bid = s.bid.value
-        if notify is None:
-            rc = self._submit(eng, bid, reqs, n)
-        else:
-            rc = self._submit_notify(eng, bid, reqs, n, notify.name.encode(), notify.msg.encode())
-        if rc == 0:
-            rc = self._wait(eng, bid, self._timeout_ms + total // 1_000_000)
-        if self._free(eng, bid) == _ffi.TW_ERR_BUSY:
-            self._orphan(bid)  # timed out: still in flight
-        if self._orphans:
-            self._reap()
-        return 0 if rc == 0 else -1
+        return 0
 
     def _async_many(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode):
         n = len(buffers)
@@ -448,20 +345,18 @@ class TransferEngine:
         if len(peer_buffer_addresses) != n or len(lengths) != n:
             return 0
         try:
-            reqs, total = _request_array(int(opcode), seg, buffers, peer_buffer_addresses, lengths)
-        except (TypeError, OverflowError, ValueError):
+            reqs = RequestArray(int(opcode), seg, buffers, peer_buffer_addresses, lengths)
+            batch = self._engine.batch(n)
+        except _FAILURES:
             return 0
-        s = self._scratch()
-        eng = self._eng
-        if self._alloc(eng, n, s.bid_ref):
-            return 0
-        bid = s.bid.value
         start = time.monotonic_ns()
-        if self._submit(eng, bid, reqs, n):
-            self._free(eng, bid)
+        try:
+            batch.submit(reqs)
+        except _FAILURES:
+            batch.discard()
             return 0
-        self._async[bid] = (start, total, n)
-        return bid
+        self._async[batch.id] = (batch, start, reqs.total_bytes)
+        return batch.id
 
     # ----------------------------------------------------------------------------------------
     # sync transfers
@@ -533,80 +428,62 @@ class TransferEngine:
     def transfer_check_status(self, batch_id):
         """1 completed, -1 failed, -2 timed out, 0 still running. A terminal answer frees the
         batch. Unlike Mooncake (task 0 only) every task of the batch counts."""
-        eng = self._eng
-        rc = self._wait(eng, batch_id, 0)
-        if rc == _ffi.TW_ERR_TIMEOUT:
-            if self._in_flight(batch_id):
-                info = self._async.get(batch_id)
-                if info is not None and time.monotonic_ns() - info[0] > self._timeout_ns:
-                    return -2
-                return 0
-            # Every task ended between the wait and the per-task look: the batch goes idle
-            # within microseconds, so ask again for its real outcome.
-            rc = self._wait(eng, batch_id, 1000)
-            if rc == _ffi.TW_ERR_TIMEOUT:
-                return 0
-        if rc == 0:
-            self._async.pop(batch_id, None)
-            self._dispose(batch_id)
-            return 1
-        self._async.pop(batch_id, None)
-        if rc != _ffi.TW_ERR_INVALID_ID:
-            self._dispose(batch_id)
-        return -1
-
-    def _in_flight(self, batch_id):
         info = self._async.get(batch_id)
-        count = info[2] if info is not None else 1
-        s = self._scratch()
-        for task in range(count):
-            if self._status(self._eng, batch_id, task, s.st_ref) != 0:
-                return False
-            if s.st.state == _ffi.TW_TASK_WAITING:
-                return True
-        return False
+        if info is None or self._engine is None:
+            return -1  # unknown, or already freed by a terminal answer
+        batch, start, _ = info
+        try:
+            if not batch.poll():
+                return -2 if time.monotonic_ns() - start > self._timeout_ns else 0
+            result = 1
+        except TidewireError:
+            result = -1
+        self._async.pop(batch_id, None)
+        batch.discard()
+        return result
 
     def get_batch_transfer_status(self, batch_ids):
         """Blocks until every batch completed (0) or one failed or timed out (-1); frees all."""
-        eng = self._eng
-        ids = list(batch_ids)
         failed = False
-        for i, bid in enumerate(ids):
+        for bid in list(batch_ids):
             info = self._async.pop(bid, None)
-            if failed:
-                self._dispose(bid)
+            if info is None:
+                failed = True  # unknown or already freed
                 continue
-            now = time.monotonic_ns()
-            start, total = (info[0], info[1]) if info is not None else (now, 0)
-            left_ms = max(0, (start + self._timeout_ns + total - now) // 1_000_000)
-            rc = self._wait(eng, bid, left_ms)
-            if rc == _ffi.TW_ERR_INVALID_ID:
-                failed = True
-                continue
-            self._dispose(bid)
-            if rc != 0:
-                failed = True
-        if self._orphans:
-            self._reap()
+            batch, start, total = info
+            if not failed:
+                left_ns = start + self._timeout_ns + total - time.monotonic_ns()
+                try:
+                    batch.wait(max(0, left_ns // 1_000_000) / 1000)
+                except TidewireError:
+                    failed = True
+            batch.discard()
+        if self._engine is not None:
+            self._engine.reap()
         return -1 if failed else 0
 
     # ----------------------------------------------------------------------------------------
-    # memory
+    # stream-ordered transfers (Mooncake's CUDA-build methods)
     # ----------------------------------------------------------------------------------------
-    # --- stream-ordered transfers (Mooncake's CUDA-build methods) ----------------------------
-    def _on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr, opcode):
+    def _on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr,
+                 opcode):
         """Enqueues the transfer on a CUDA stream: it starts when the stream reaches this point
         and later work on the stream waits for it. Unlike Mooncake, a failure never exits the
-        process: it is logged (and the stream still proceeds)."""
+        process: bad input raises RuntimeError, a later failure is logged (and the stream
+        still proceeds)."""
         if not (len(buffers) == len(peer_buffer_addresses) == len(lengths)):
             raise RuntimeError("buffers, peer_buffer_addresses and lengths differ in length")
-        seg = self._segment(target_hostname)
-        if seg < 0:
-            raise RuntimeError(f"cannot open segment {target_hostname!r}: {_ffi.last_error_message()}")
-        reqs, _ = _request_array(int(opcode), seg, buffers, peer_buffer_addresses, lengths)
-        rc = self._lib.tw_transfer_on_stream(self._eng, reqs, len(buffers), ctypes.c_void_p(stream_ptr or None), None)
-        if rc != 0:
-            raise RuntimeError(f"transfer on CUDA stream failed ({rc}): {_ffi.last_error_message()}")
+        if self._engine is None:
+            raise RuntimeError("the engine is not initialized")
+        seg = self._segs.get(target_hostname)
+        try:
+            if seg is None:
+                seg = self._engine.open_segment(target_hostname).id
+                self._segs[target_hostname] = seg
+            reqs = RequestArray(int(opcode), seg, buffers, peer_buffer_addresses, lengths)
+            self._engine.transfer_on_stream(reqs, stream_ptr, track=False)
+        except _FAILURES as e:
+            raise RuntimeError(f"transfer on CUDA stream failed: {e}") from e
 
     def transfer_write_on_cuda(self, target_hostname, buffer, peer_buffer_address, length,
                                stream_ptr=0, transport_hint=""):
@@ -628,57 +505,90 @@ class TransferEngine:
         """Batched :meth:`transfer_read_on_cuda`."""
         self._on_cuda(target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr, 0)
 
+    # ----------------------------------------------------------------------------------------
+    # memory
+    # ----------------------------------------------------------------------------------------
+    def _register(self, addr, length, location):
+        reg = self._engine.register(addr, length, location)
+        with self._lock:
+            self._regs.setdefault(addr, []).append(reg)
+
+    def _unregister(self, addr):
+        with self._lock:
+            regs = self._regs.get(addr)
+            reg = regs.pop() if regs else None
+            if regs == []:
+                del self._regs[addr]
+        if reg is not None:
+            reg.close()
+        else:
+            self._engine.unregister(addr)  # not registered here: the library's answer
+
     def register_memory(self, buffer_addr, capacity, location="*"):
         """Registers ``[buffer_addr, buffer_addr + capacity)``. 0, -1 (zero length or bad
         argument) or -7 (overlaps a registered region)."""
         if not isinstance(location, str):
             raise TypeError("location must be str")
-        rc = self._lib.tw_memory_register(self._eng, buffer_addr, capacity, location.encode(),
-                                          True)
-        return mooncake_code(rc)
+        if self._engine is None:
+            return -1
+        try:
+            self._register(buffer_addr, capacity, location)
+        except _FAILURES as e:
+            return _code(e)
+        return 0
 
     def unregister_memory(self, buffer_addr):
         """Unregisters the region starting at ``buffer_addr``. 0 or -3 (not registered)."""
-        return mooncake_code(self._lib.tw_memory_unregister(self._eng, buffer_addr))
+        if self._engine is None:
+            return -1
+        try:
+            self._unregister(buffer_addr)
+        except _FAILURES as e:
+            return _code(e)
+        return 0
 
     def batch_register_memory(self, buffer_addresses, capacities, location="*"):
         """Registers several regions, all or none. 0 or a negative error.h code."""
-        n = len(buffer_addresses)
-        if len(capacities) != n:
+        if len(capacities) != len(buffer_addresses):
             return -1
         if not isinstance(location, str):
             raise TypeError("location must be str")
-        try:
-            words = array("Q", (0, 0)) * n
-            words[0::2] = array("Q", buffer_addresses)
-            words[1::2] = array("Q", capacities)
-        except (TypeError, OverflowError):
+        if self._engine is None:
             return -1
-        bufs = (Buffer * n).from_buffer(words) if n else None
-        return mooncake_code(
-            self._lib.tw_memory_register_batch(self._eng, bufs, n, location.encode()))
+        try:
+            regs = self._engine.register_many(zip(buffer_addresses, capacities), location)
+        except _FAILURES as e:
+            return _code(e)
+        with self._lock:
+            for reg in regs:
+                self._regs.setdefault(reg.addr, []).append(reg)
+        return 0
 
     def batch_unregister_memory(self, buffer_addresses):
         """Unregisters several regions; tries all, returns the first error (or 0)."""
-        n = len(buffer_addresses)
-        try:
-            words = array("Q", buffer_addresses)
-        except (TypeError, OverflowError):
+        if self._engine is None:
             return -1
-        addrs = (c_void_p * n).from_buffer(words) if n else None
-        return mooncake_code(self._lib.tw_memory_unregister_batch(self._eng, addrs, n))
+        first = 0
+        for addr in list(buffer_addresses):
+            try:
+                self._unregister(addr)
+            except _FAILURES as e:
+                first = first or _code(e)
+        return first
 
     def allocate_managed_buffer(self, length):
         """Allocates and registers ``length`` bytes; returns the address, or 0 on failure."""
-        if length <= 0 or not self._eng:
+        if length <= 0 or self._engine is None:
             return 0
         try:
             mm = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         except (OSError, ValueError, OverflowError):
             return 0
-        view = ctypes.c_char.from_buffer(mm)
+        view = (ctypes.c_char * length).from_buffer(mm)
         addr = ctypes.addressof(view)
-        if self._lib.tw_memory_register(self._eng, addr, length, b"*", True) != 0:
+        try:
+            self._register(addr, length, "*")
+        except _FAILURES:
             del view
             mm.close()
             return 0
@@ -691,7 +601,10 @@ class TransferEngine:
         entry = self._managed.pop(buffer_addr, None)
         if entry is None:
             return -1
-        self._lib.tw_memory_unregister(self._eng, buffer_addr)
+        try:
+            self._unregister(buffer_addr)
+        except _FAILURES:
+            pass
         mm, view = entry
         del view, entry
         mm.close()
@@ -725,51 +638,35 @@ class TransferEngine:
         seg = self._segment(segment_name)
         if seg < 0:
             return 0
-        desc = self._descriptor(seg)
-        if desc is not None and not desc.get("buffers"):
-            self._lib.tw_segment_refresh(self._eng, seg)
-            desc = self._descriptor(seg)
         try:
+            desc = self._engine.descriptor(seg)
+            if not desc.get("buffers"):
+                self._engine.refresh_segment(seg)
+                desc = self._engine.descriptor(seg)
             return int(desc["buffers"][0]["addr"])
-        except (TypeError, KeyError, IndexError, ValueError):
+        except (TidewireError, TypeError, KeyError, IndexError, ValueError, AttributeError):
             return 0
-
-    def _descriptor(self, seg):
-        lib = self._lib
-        needed = c_size_t(0)
-        size = 4096
-        for _ in range(4):
-            buf = ctypes.create_string_buffer(size)
-            rc = lib.tw_segment_descriptor(self._eng, seg, buf, size, byref(needed))
-            if rc == 0:
-                try:
-                    return json.loads(buf.value.decode("utf-8", "replace"))
-                except ValueError:
-                    return None
-            if rc != _ffi.TW_ERR_BUFFER_TOO_SMALL:
-                return None
-            size = max(needed.value, size * 2)
-        return None
 
     def get_notifies(self):
         """Takes every notification received so far (a list of :class:`TransferNotify`)."""
-        lib = self._lib
-        lst = ctypes.POINTER(Notification)()
-        count = c_size_t(0)
-        if lib.tw_notify_take(self._eng, byref(lst), byref(count)) != 0 or not lst:
+        if self._engine is None:
             return []
         try:
-            return [TransferNotify((lst[i].name or b"").decode("utf-8", "replace"),
-                                   (lst[i].msg or b"").decode("utf-8", "replace"))
-                    for i in range(count.value)]
-        finally:
-            lib.tw_notifications_free(lst, count.value)
+            return [TransferNotify(n.name, n.msg) for n in self._engine.take_notifications()]
+        except TidewireError:
+            return []
 
     def send_probe(self, peer_server_name):
         """Probes a peer's RPC port: 0, or a negative error.h code (-102 unreachable)."""
         if not isinstance(peer_server_name, str):
             raise TypeError("peer_server_name must be str")
-        return mooncake_code(self._lib.tw_engine_probe(self._eng, peer_server_name.encode()))
+        if self._engine is None:
+            return -1
+        try:
+            self._engine.probe(peer_server_name)
+        except TidewireError as e:
+            return _code(e)
+        return 0
 
     def get_local_topology(self, device_name=None):
         """Topology JSON in Mooncake's format: every NUMA node, no RDMA devices."""
