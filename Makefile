@@ -149,11 +149,11 @@ asan:
 	$(MAKE) c-tests BUILD_C=target/c_tests_asan \
 	  CFLAGS_TEST="$(CFLAGS_TEST) -fsanitize=address,undefined -fno-omit-frame-pointer"
 
-## ThreadSanitizer on the concurrency unit tests (latch, channels, id table). Without a
-## sanitizer-built std, races inside std's own synchronisation are suppressed (scripts/tsan.supp).
+## ThreadSanitizer on the concurrency unit tests (latch, channels, id table), with std rebuilt
+## under the sanitizer (-Zbuild-std, needs the nightly rust-src component).
 tsan:
-	RUSTFLAGS="-Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer" TSAN_OPTIONS="halt_on_error=1 suppressions=$$PWD/scripts/tsan.supp" \
-	  $(CARGO) +nightly test --release --target $(SAN_TARGET) --target-dir target/tsan --lib -- \
+	RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1" \
+	  $(CARGO) +nightly test -Zbuild-std --release --target $(SAN_TARGET) --target-dir target/tsan --lib -- \
 	  --test-threads 1 batch chan ids completion
 
 ## valgrind memcheck on every C test program (built by `make c-tests`).
