@@ -319,7 +319,12 @@ int discoverTopology(transfer_engine_t engine);
  */
 int getLocalIpAndPort(transfer_engine_t engine, char *buf_out, size_t buf_len);
 
-/* No per-NIC statistics yet: sets *count = 0 and returns 0; -1 if any argument is NULL. */
+/*
+ * Lists the RDMA NICs in use. *count is in/out: capacity of stats in, number of
+ * NICs out; min(capacity, NICs) entries are written (inflight_bytes and
+ * ewma_bandwidth_bps are 0: per-NIC load is not measured). Without the RDMA
+ * transport: *count = 0, stats untouched. Returns 0; -1 if any argument is NULL.
+ */
 int getNicLoadStats(transfer_engine_t engine, nic_load_stat_t *stats,
                     size_t *count);
 
@@ -331,10 +336,10 @@ int getNicLoadStats(transfer_engine_t engine, nic_load_stat_t *stats,
 void enableGracefulShutdown(transfer_engine_t engine);
 
 /*
- * Writes a short text (json == 0) or JSON (json != 0) report saying there are no
- * RDMA links (links are not tracked yet, also with RDMA installed), truncated to
- * fit and NUL-terminated. 0; -1 for a NULL engine or
- * buffer, or buf_len == 0.
+ * Writes a short text (json == 0) or JSON (json != 0) report of the RDMA links:
+ * the NICs in use when the RDMA transport is installed, else that there are none.
+ * Truncated to fit and NUL-terminated. 0; -1 for a NULL engine or buffer, or
+ * buf_len == 0.
  */
 int showLinks(transfer_engine_t engine, char *buf_out, size_t buf_len,
               int json);

@@ -3,94 +3,87 @@
 
 use std::fmt;
 
-/// What went wrong, without the detail. Stable: each kind has a fixed native code in `ffi`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum ErrorKind {
-    /// A parameter is out of its domain (zero length, bad opcode, malformed name, ...).
-    InvalidArgument = 1,
-    /// A required pointer was NULL (raised by the FFI layer only).
-    NullArgument,
-    /// More requests than the batch was allocated for.
-    TooManyRequests,
-    /// A local or remote address range is not inside one registered region.
-    AddressNotRegistered,
-    /// A registration partially overlaps an existing region.
-    AddressOverlapped,
-    /// A batch or scatter id that is unknown, stale or already freed.
-    InvalidId,
-    /// A segment id that was never opened, or a peer that cannot be reached.
-    UnknownSegment,
-    /// The object still has work in flight.
-    Busy,
-    /// A bounded wait ran out before completion.
-    Timeout,
-    /// The peer refused the address range (not registered or not remote-accessible there).
-    Rejected,
-    /// A socket error: connect, reset, unexpected end of stream, I/O timeout.
-    Socket,
-    /// The peer sent bytes that break the protocol.
-    Protocol,
-    /// A descriptor could not be fetched, decoded or published.
-    Metadata,
-    /// The feature or transport is not available in this build or on this host.
-    Unsupported,
-    /// An output buffer is too small.
-    BufferTooSmall,
-    /// The engine is shutting down.
-    Shutdown,
-    /// A bug or resource failure inside the engine (thread spawn, panic caught).
-    Internal,
+/// The one table of error kinds. Each row: the kind and its `u8` value, its short name, its
+/// native `tw_result` constant (in `ffi/status.rs`, declared there for cbindgen and checked
+/// against this table at compile time) and its Mooncake codes `(Status, error.h)` (constants in
+/// `ffi/mooncake/codes.rs`). Invoked with the name of a macro that receives every row: the enum
+/// below, the native codes and names, and the Mooncake mapping are all generated from it.
+///
+/// An unknown segment id is `kInvalidArgument` for a Mooncake submit ("no cached descriptor")
+/// and `ERR_METADATA` for `genNotifyInEngine`; a peer refusing an address range is "address not
+/// registered"; shutdown and internal failures use Mooncake's context codes.
+macro_rules! error_kinds {
+    ($then:ident) => {
+        $then! {
+            /// A parameter is out of its domain (zero length, bad opcode, malformed name, ...).
+            InvalidArgument = 1, "invalid argument", TW_ERR_INVALID_ARGUMENT, (K_INVALID_ARGUMENT, ERR_INVALID_ARGUMENT);
+            /// A required pointer was NULL (raised by the FFI layer only).
+            NullArgument = 2, "null argument", TW_ERR_NULL_ARGUMENT, (K_INVALID_ARGUMENT, ERR_INVALID_ARGUMENT);
+            /// More requests than the batch was allocated for.
+            TooManyRequests = 3, "too many requests", TW_ERR_TOO_MANY_REQUESTS, (K_TOO_MANY_REQUESTS, ERR_TOO_MANY_REQUESTS);
+            /// A local or remote address range is not inside one registered region.
+            AddressNotRegistered = 4, "address not registered", TW_ERR_ADDRESS_NOT_REGISTERED, (K_ADDRESS_NOT_REGISTERED, ERR_ADDRESS_NOT_REGISTERED);
+            /// A registration partially overlaps an existing region.
+            AddressOverlapped = 5, "address overlapped", TW_ERR_ADDRESS_OVERLAPPED, (K_ADDRESS_OVERLAPPED, ERR_ADDRESS_OVERLAPPED);
+            /// A batch or scatter id that is unknown, stale or already freed.
+            InvalidId = 6, "invalid id", TW_ERR_INVALID_ID, (K_INVALID_ARGUMENT, ERR_INVALID_ARGUMENT);
+            /// A segment id that was never opened, or a peer that cannot be reached.
+            UnknownSegment = 7, "unknown segment", TW_ERR_UNKNOWN_SEGMENT, (K_INVALID_ARGUMENT, ERR_METADATA);
+            /// The object still has work in flight.
+            Busy = 8, "busy", TW_ERR_BUSY, (K_BATCH_BUSY, ERR_BATCH_BUSY);
+            /// A bounded wait ran out before completion.
+            Timeout = 9, "timeout", TW_ERR_TIMEOUT, (K_SOCKET, ERR_SOCKET);
+            /// The peer refused the address range (not registered or not remote-accessible there).
+            Rejected = 10, "rejected by peer", TW_ERR_REJECTED, (K_ADDRESS_NOT_REGISTERED, ERR_ADDRESS_NOT_REGISTERED);
+            /// A socket error: connect, reset, unexpected end of stream, I/O timeout.
+            Socket = 11, "socket error", TW_ERR_SOCKET, (K_SOCKET, ERR_SOCKET);
+            /// The peer sent bytes that break the protocol.
+            Protocol = 12, "protocol error", TW_ERR_PROTOCOL, (K_MALFORMED_JSON, ERR_MALFORMED_JSON);
+            /// A descriptor could not be fetched, decoded or published.
+            Metadata = 13, "metadata error", TW_ERR_METADATA, (K_METADATA, ERR_METADATA);
+            /// The feature or transport is not available in this build or on this host.
+            Unsupported = 14, "unsupported", TW_ERR_UNSUPPORTED, (K_NOT_SUPPORTED_TRANSPORT, ERR_NOT_IMPLEMENTED);
+            /// An output buffer is too small.
+            BufferTooSmall = 15, "buffer too small", TW_ERR_BUFFER_TOO_SMALL, (K_INVALID_ARGUMENT, ERR_INVALID_ARGUMENT);
+            /// The engine is shutting down.
+            Shutdown = 16, "engine shut down", TW_ERR_SHUTDOWN, (K_CONTEXT, ERR_CONTEXT);
+            /// A bug or resource failure inside the engine (thread spawn, panic caught).
+            Internal = 17, "internal error", TW_ERR_INTERNAL, (K_CONTEXT, ERR_CONTEXT);
+        }
+    };
 }
+pub(crate) use error_kinds;
+
+macro_rules! define_error_kind {
+    ($( $(#[$doc:meta])* $kind:ident = $v:literal, $name:literal, $code:ident,
+        ($st:ident, $errno:ident); )*) => {
+        /// What went wrong, without the detail. Stable: each kind has a fixed native code in
+        /// `ffi`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum ErrorKind {
+            $( $(#[$doc])* $kind = $v, )*
+        }
+
+        impl ErrorKind {
+            /// Every kind, for tables and tests.
+            pub const ALL: [ErrorKind; [$($v),*].len()] = [$(ErrorKind::$kind),*];
+
+            /// Short lowercase name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(ErrorKind::$kind => $name,)*
+                }
+            }
+        }
+    };
+}
+error_kinds!(define_error_kind);
 
 impl ErrorKind {
-    /// Every kind, for tables and tests.
-    pub const ALL: [ErrorKind; 17] = [
-        ErrorKind::InvalidArgument,
-        ErrorKind::NullArgument,
-        ErrorKind::TooManyRequests,
-        ErrorKind::AddressNotRegistered,
-        ErrorKind::AddressOverlapped,
-        ErrorKind::InvalidId,
-        ErrorKind::UnknownSegment,
-        ErrorKind::Busy,
-        ErrorKind::Timeout,
-        ErrorKind::Rejected,
-        ErrorKind::Socket,
-        ErrorKind::Protocol,
-        ErrorKind::Metadata,
-        ErrorKind::Unsupported,
-        ErrorKind::BufferTooSmall,
-        ErrorKind::Shutdown,
-        ErrorKind::Internal,
-    ];
-
     /// Inverse of `kind as u8` (used to keep a task's failure in an atomic).
     pub fn from_u8(v: u8) -> Option<ErrorKind> {
         ErrorKind::ALL.iter().copied().find(|k| *k as u8 == v)
-    }
-
-    /// Short lowercase name.
-    pub fn name(self) -> &'static str {
-        match self {
-            ErrorKind::InvalidArgument => "invalid argument",
-            ErrorKind::NullArgument => "null argument",
-            ErrorKind::TooManyRequests => "too many requests",
-            ErrorKind::AddressNotRegistered => "address not registered",
-            ErrorKind::AddressOverlapped => "address overlapped",
-            ErrorKind::InvalidId => "invalid id",
-            ErrorKind::UnknownSegment => "unknown segment",
-            ErrorKind::Busy => "busy",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Rejected => "rejected by peer",
-            ErrorKind::Socket => "socket error",
-            ErrorKind::Protocol => "protocol error",
-            ErrorKind::Metadata => "metadata error",
-            ErrorKind::Unsupported => "unsupported",
-            ErrorKind::BufferTooSmall => "buffer too small",
-            ErrorKind::Shutdown => "engine shut down",
-            ErrorKind::Internal => "internal error",
-        }
     }
 }
 

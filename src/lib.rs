@@ -3,13 +3,16 @@
 //!
 //! The core is synchronous: named worker threads, channels (a park-only one on the TCP lanes,
 //! crossbeam elsewhere) and atomics, no async runtime. [`engine::Engine`] is the entry point;
-//! `ffi` holds the C APIs and is the only module that touches C pointers.
+//! `ffi` holds the C APIs and is the only module that touches pointers handed in by C callers;
+//! `gpu` and `transport::rdma` hold pointers to CUDA and verbs objects they created themselves.
+//! See `src/README.md` for the layers.
 
 #[macro_use]
 pub mod log;
+pub mod completion;
 pub mod engine;
 pub mod error;
-pub mod ffi;
+mod ffi;
 pub mod gpu;
 pub mod memory;
 pub mod metadata;

@@ -6,11 +6,10 @@ mod common;
 #[path = "fake_cuda/mod.rs"]
 mod fake;
 
+use c::{TW_ERR_UNSUPPORTED, TW_OK, tw_transfer_request};
 use common::*;
 use std::process::Command;
 use std::time::Duration;
-use tidewire::ffi::native::{self as c, tw_transfer_request};
-use tidewire::ffi::status::{TW_ERR_UNSUPPORTED, TW_OK};
 use tidewire::{ErrorKind, Opcode, Request};
 
 fn run_case(name: &str, lib: &str, env: &[(&str, &str)], expect: &str) {
@@ -122,4 +121,40 @@ fn child() {
     );
     assert_eq!(op, 0);
     c::tw_engine_free(eng);
+}
+
+/// The native C entry points this test calls, declared as `include/tidewire.h` declares them.
+#[allow(non_camel_case_types)]
+mod c {
+    use std::ffi::c_void;
+
+    pub const TW_OK: i32 = 0;
+    pub const TW_ERR_UNSUPPORTED: i32 = -14;
+
+    #[repr(C)]
+    pub struct tw_transfer_request {
+        pub opcode: i32,
+        pub segment: i32,
+        pub local_addr: *mut c_void,
+        pub remote_addr: u64,
+        pub length: u64,
+    }
+
+    // SAFETY: the signatures match the library's exports. Each function checks its pointers
+    // (NULL is an error, never dereferenced), and this test passes only NULL, live handles or
+    // pointers to live locals, so the calls are declared safe.
+    unsafe extern "C" {
+        pub safe fn tw_gpu_available(devices_out: *mut i32) -> i32;
+        pub safe fn tw_config_new(cfg_out: *mut *mut c_void) -> i32;
+        pub safe fn tw_config_free(cfg: *mut c_void);
+        pub safe fn tw_engine_new(cfg: *const c_void, engine_out: *mut *mut c_void) -> i32;
+        pub safe fn tw_engine_free(engine: *mut c_void);
+        pub safe fn tw_transfer_on_stream(
+            engine: *const c_void,
+            requests: *const tw_transfer_request,
+            count: usize,
+            stream: *mut c_void,
+            op_out: *mut u64,
+        ) -> i32;
+    }
 }

@@ -11,7 +11,7 @@ fn native_header_matches_the_code() {
     let mut out = Vec::new();
     cbindgen::Builder::new()
         .with_config(config)
-        .with_src(root.join("src/ffi/native.rs"))
+        .with_src(root.join("src/ffi/native/mod.rs"))
         .with_src(root.join("src/ffi/status.rs"))
         .generate()
         .expect("cbindgen generates")

@@ -501,8 +501,8 @@ fn two_processes_then_the_peer_disappears() {
 /// then a read through `submitTransfer` move and verify bytes.
 #[test]
 fn mooncake_api_installs_rdma() {
+    use mooncake_c::*;
     use std::ffi::{CStr, c_char};
-    use tidewire::ffi::mooncake::*;
     use_fake();
     let p2p = c"P2PHANDSHAKE".as_ptr();
     let host = c"127.0.0.1".as_ptr();
@@ -512,6 +512,35 @@ fn mooncake_api_installs_rdma() {
     for e in [t, i] {
         assert!(!installTransport(e, c"rdma".as_ptr(), std::ptr::null_mut()).is_null());
     }
+    // showLinks and getNicLoadStats report the RDMA NICs now in use.
+    let mut links = [0 as c_char; 512];
+    assert_eq!(showLinks(t, links.as_mut_ptr(), links.len(), 1), 0);
+    // SAFETY: NUL-terminated by showLinks.
+    let links = unsafe { CStr::from_ptr(links.as_ptr()) }.to_str().unwrap();
+    let v: serde_json::Value = serde_json::from_str(links).unwrap();
+    assert_eq!(v["transport"], "rdma", "{links}");
+    let nics: Vec<String> = serde_json::from_value(v["links"].clone()).unwrap();
+    assert!(!nics.is_empty(), "{links}");
+    let blank = nic_load_stat {
+        device_name: [0; 64],
+        inflight_bytes: 7,
+        ewma_bandwidth_bps: 7.0,
+    };
+    let mut stats = [blank; 8];
+    let mut count = stats.len();
+    assert_eq!(getNicLoadStats(t, stats.as_mut_ptr(), &mut count), 0);
+    assert_eq!(count, nics.len());
+    // SAFETY: NUL-terminated by getNicLoadStats.
+    let first = unsafe { CStr::from_ptr(stats[0].device_name.as_ptr()) };
+    assert_eq!(first.to_str().unwrap(), nics[0]);
+    assert_eq!(stats[0].inflight_bytes, 0);
+    let mut zero = 0usize;
+    assert_eq!(getNicLoadStats(t, stats.as_mut_ptr(), &mut zero), 0);
+    assert_eq!(
+        zero,
+        nics.len(),
+        "capacity 0 still reports how many NICs there are"
+    );
     let tbuf = Buf::new(1 << 20, 0);
     let src = Buf::pattern(700_000, 21);
     let back = Buf::new(700_000, 0);
@@ -573,4 +602,91 @@ fn mooncake_api_installs_rdma() {
     );
     destroyTransferEngine(i);
     destroyTransferEngine(t);
+}
+
+/// The Mooncake C entry points `mooncake_api_installs_rdma` calls, declared as
+/// `include/transfer_engine_c.h` declares them.
+#[allow(non_camel_case_types, non_snake_case)]
+mod mooncake_c {
+    use std::ffi::{c_char, c_int, c_void};
+
+    #[repr(C)]
+    pub struct transfer_request {
+        pub opcode: c_int,
+        pub source: *mut c_void,
+        pub target_id: i32,
+        pub target_offset: u64,
+        pub length: u64,
+    }
+
+    #[repr(C)]
+    pub struct transfer_status {
+        pub status: c_int,
+        pub transferred_bytes: u64,
+    }
+
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct nic_load_stat {
+        pub device_name: [c_char; 64],
+        pub inflight_bytes: u64,
+        pub ewma_bandwidth_bps: f64,
+    }
+
+    // SAFETY: the signatures match the library's exports. Each function checks its pointers
+    // (NULL is an error, never dereferenced), and the test passes only NULL, live handles, or
+    // pointers to live locals and buffers of the stated lengths, so the calls are declared safe.
+    unsafe extern "C" {
+        pub safe fn createTransferEngine(
+            metadata_conn_string: *const c_char,
+            local_server_name: *const c_char,
+            ip_or_host_name: *const c_char,
+            rpc_port: u64,
+            auto_discover: c_int,
+        ) -> *mut c_void;
+        pub safe fn destroyTransferEngine(engine: *mut c_void);
+        pub safe fn installTransport(
+            engine: *mut c_void,
+            proto: *const c_char,
+            args: *mut *mut c_void,
+        ) -> *mut c_void;
+        pub safe fn showLinks(
+            engine: *mut c_void,
+            buf_out: *mut c_char,
+            buf_len: usize,
+            json: c_int,
+        ) -> c_int;
+        pub safe fn getNicLoadStats(
+            engine: *mut c_void,
+            stats: *mut nic_load_stat,
+            count: *mut usize,
+        ) -> c_int;
+        pub safe fn registerLocalMemory(
+            engine: *mut c_void,
+            addr: *mut c_void,
+            length: usize,
+            location: *const c_char,
+            remote_accessible: c_int,
+        ) -> c_int;
+        pub safe fn getLocalIpAndPort(
+            engine: *mut c_void,
+            buf_out: *mut c_char,
+            buf_len: usize,
+        ) -> c_int;
+        pub safe fn openSegment(engine: *mut c_void, segment_name: *const c_char) -> i32;
+        pub safe fn allocateBatchID(engine: *mut c_void, batch_size: usize) -> u64;
+        pub safe fn submitTransfer(
+            engine: *mut c_void,
+            batch_id: u64,
+            entries: *mut transfer_request,
+            count: usize,
+        ) -> c_int;
+        pub safe fn getTransferStatus(
+            engine: *mut c_void,
+            batch_id: u64,
+            task_id: usize,
+            status: *mut transfer_status,
+        ) -> c_int;
+        pub safe fn freeBatchID(engine: *mut c_void, batch_id: u64) -> c_int;
+    }
 }

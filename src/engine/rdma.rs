@@ -2,11 +2,11 @@
 //! publishing devices and keys, and choosing RDMA or TCP per segment.
 
 use super::config::RdmaMode;
-use super::segments::Route;
 use super::{Engine, Inner};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
 use crate::metadata::SegmentDesc;
+use crate::transport::Route;
 use crate::transport::rdma::{self, Options, Rdma, RdmaPeer};
 use std::sync::Arc;
 

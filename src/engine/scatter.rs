@@ -4,9 +4,9 @@
 //! fail. Results are delivered exactly once per fragment, on the thread that waits (or frees).
 
 use super::Engine;
-use super::batch::Batch;
 use super::segments::SegmentId;
 use super::transfer::Request;
+use crate::completion::Batch;
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::Access;
 use crate::transport::Opcode;
@@ -132,7 +132,7 @@ impl Engine {
                 if r.local_offsets.len() != n || r.remote_offsets.len() != n || r.local_base == 0 {
                     Some(ErrorKind::InvalidArgument)
                 } else {
-                    self.inner.target_kind(r.segment, &mut cache).err()
+                    self.inner.route_kind(r.segment, &mut cache).err()
                 };
             if let Some(k) = range_error {
                 (base..base + n).for_each(|f| st.set(f, Err(k)));

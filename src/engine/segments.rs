@@ -1,7 +1,7 @@
 //! The segment table: name ↔ id, cached descriptors, and the route each segment uses.
 
 use crate::metadata::SegmentDesc;
-use crate::transport::tcp::client::Peer;
+use crate::transport::Route;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -11,34 +11,20 @@ pub type SegmentId = i32;
 /// Id of this engine's own segment.
 pub const LOCAL_SEGMENT: SegmentId = 0;
 
-/// How bytes reach a segment.
-#[derive(Clone)]
-pub enum Route {
-    /// This engine: checked memcpy.
-    Local,
-    /// A tidewire engine in this same process: checked against its registry, then memcpy.
-    InProcess(std::sync::Weak<crate::memory::Registry>),
-    /// A peer over TCP lanes.
-    Tcp(Arc<Peer>),
-    /// A peer over RDMA.
-    Rdma(Arc<crate::transport::rdma::RdmaPeer>),
-    /// The peer publishes a protocol this engine cannot speak.
-    Unsupported(String),
-}
-
 /// An opened remote segment.
 pub struct Segment {
     /// Name it was opened with.
     pub name: String,
     /// RPC host and port for notifications.
     pub rpc: (String, u16),
-    /// Cached descriptor and route (replaced on refresh).
-    pub state: RwLock<(Arc<SegmentDesc>, Route)>,
+    /// Cached descriptor and route (replaced on refresh); no route when the peer publishes a
+    /// protocol this engine cannot speak.
+    pub state: RwLock<(Arc<SegmentDesc>, Option<Route>)>,
 }
 
 impl Segment {
-    /// Current route.
-    pub fn route(&self) -> Route {
+    /// Current route (`None`: unsupported protocol).
+    pub fn route(&self) -> Option<Route> {
         self.state
             .read()
             .unwrap_or_else(|e| e.into_inner())

@@ -2,10 +2,10 @@
 //! stream's later work held until the batch completes (see `gpu/stream.rs` for the mechanism).
 //! Failures go to the operation's status, never to the process: no exit, no abort.
 
-use super::batch::{Batch, TaskState};
 use super::ids::IdTable;
 use super::transfer::Request;
 use super::{Engine, Inner, LOCAL_SEGMENT};
+use crate::completion::{Batch, TaskState};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::gpu::stream::{self as gs, Gate};
 use crate::memory::Access;
@@ -89,7 +89,7 @@ impl Engine {
         for (i, r) in reqs.iter().enumerate() {
             if r.segment != LOCAL_SEGMENT {
                 self.inner
-                    .target_kind(r.segment, &mut cache)
+                    .route_kind(r.segment, &mut cache)
                     .map_err(|k| Error::new(k, format!("request {i}: segment {}", r.segment)))?;
             }
             if r.len > 0 {

@@ -1,12 +1,11 @@
 //! Batches of READ/WRITE requests: allocate, submit (validated all-or-nothing), poll, wait, free.
 
-use super::batch::{Batch, PendingNotify, SliceDone, TaskState, TaskStatus};
-use super::segments::{LOCAL_SEGMENT, Route, SegmentId};
+use super::segments::SegmentId;
 use super::{Engine, Inner};
+use crate::completion::{Batch, PendingNotify, SliceDone, TaskState, TaskStatus};
 use crate::error::{Error, ErrorKind, Result, fail};
-use crate::memory::{Access, Registry};
-use crate::transport::tcp::client::Peer;
-use crate::transport::{Opcode, Slice, local};
+use crate::memory::Access;
+use crate::transport::{Opcode, Route, Slice, Transport};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -154,80 +153,7 @@ impl Engine {
     }
 }
 
-/// Resolved destination of one request.
-#[derive(Clone)]
-pub(crate) enum Target {
-    Local,
-    InProcess(std::sync::Weak<crate::memory::Registry>),
-    Tcp(Arc<crate::transport::tcp::client::Peer>),
-    Rdma(Arc<crate::transport::rdma::RdmaPeer>),
-}
-
 impl Inner {
-    fn target(&self, id: SegmentId, cache: &mut Option<(SegmentId, Target)>) -> Result<Target> {
-        if id == LOCAL_SEGMENT {
-            return Ok(Target::Local);
-        }
-        if let Some((cid, t)) = cache {
-            if *cid == id {
-                return Ok(t.clone());
-            }
-        }
-        let seg = self.segment(id)?;
-        let t = match seg.route() {
-            Route::Local => Target::Local,
-            Route::InProcess(r) => Target::InProcess(r),
-            Route::Tcp(p) => Target::Tcp(p),
-            Route::Rdma(p) => Target::Rdma(p),
-            Route::Unsupported(p) => {
-                return fail(
-                    ErrorKind::Unsupported,
-                    format!(
-                        "segment {} speaks {p:?}, which this engine does not",
-                        seg.name
-                    ),
-                );
-            }
-        };
-        *cache = Some((id, t.clone()));
-        Ok(t)
-    }
-
-    /// One same-host copy of `[off, off+n)` of request `r`, checked against `owner` (this engine
-    /// for the local segment, the peer engine's registry with remote-access rules otherwise).
-    fn copy_slice(
-        &self,
-        owner: &Registry,
-        access: Access,
-        r: &Request,
-        off: u64,
-        n: u64,
-    ) -> std::result::Result<u64, ErrorKind> {
-        local::copy(
-            &self.registry,
-            owner,
-            access,
-            r.op,
-            r.local + off,
-            r.remote + off,
-            n,
-        )
-        .map(|_| n)
-        .map_err(|e| {
-            crate::tw_log!(crate::log::Level::Warn, "same-host transfer: {e}");
-            e.kind()
-        })
-    }
-
-    /// Checks that segment `id` can be reached, for scatter validation.
-    pub(crate) fn target_kind(
-        &self,
-        id: SegmentId,
-        cache: &mut Option<(SegmentId, Target)>,
-    ) -> std::result::Result<(), ErrorKind> {
-        self.target(id, cache).map(|_| ()).map_err(|e| e.kind())
-    }
-
     /// Validates then dispatches `reqs` as new tasks of `batch`. Returns the first task index.
     pub(crate) fn submit_to(&self, batch: &Arc<Batch>, reqs: &[Request]) -> Result<usize> {
         let live = self.live.read().unwrap_or_else(|e| e.into_inner());
@@ -250,7 +176,7 @@ impl Inner {
         let mut targets = Vec::with_capacity(reqs.len());
         for (i, r) in reqs.iter().enumerate() {
             let t = self
-                .target(r.segment, &mut cache)
+                .route(r.segment, &mut cache)
                 .map_err(|e| Error::new(e.kind(), format!("request {i}: {}", e.message())))?;
             let mut gpu = None;
             if r.len > 0 {
@@ -281,75 +207,34 @@ impl Inner {
             }
             targets.push((t, gpu));
         }
-        let slice_for = |t: &Target| match t {
-            Target::Rdma(_) => self.cfg.rdma_slice_size.max(1),
-            _ => self.cfg.slice_size.max(1),
-        };
+        let slice_for = |t: &Route| t.slice_size(self.cfg.slice_size, self.cfg.rdma_slice_size);
         for (i, (r, (t, _))) in reqs.iter().zip(&targets).enumerate() {
             let n = r.len.div_ceil(slice_for(t));
             batch.prepare_task(start + i, n as u32);
         }
         batch.publish(start + reqs.len());
-        // Consecutive TCP slices to one peer go down together (one inline send when small).
-        let mut pending: Option<(Arc<Peer>, Vec<Slice>)> = None;
+        // Consecutive slices to one route go down together (for TCP: one inline send when
+        // small).
+        let mut pending: Option<(Route, Vec<Slice>)> = None;
         for (i, (r, (t, gpu))) in reqs.iter().zip(targets).enumerate() {
             let task = (start + i) as u32;
             let slice = slice_for(&t);
-            let slices = (0..r.len)
-                .step_by(slice as usize)
-                .map(|off| (off, slice.min(r.len - off)));
-            match t {
-                Target::Local => {
-                    for (off, n) in slices {
-                        let res = self.copy_slice(&self.registry, Access::Local, r, off, n);
-                        batch.slice_finished(task, res);
-                    }
-                }
-                Target::InProcess(owner) => {
-                    let owner = owner.upgrade();
-                    for (off, n) in slices {
-                        let res = match &owner {
-                            Some(o) => self.copy_slice(o, Access::Remote, r, off, n),
-                            None => Err(ErrorKind::Socket),
-                        };
-                        batch.slice_finished(task, res);
-                    }
-                }
-                Target::Rdma(peer) => {
-                    // GPU regions go to the NIC as registered (GPUDirect); staging through host
-                    // memory, as TCP does, is not built for RDMA yet.
-                    for (off, n) in slices {
-                        peer.submit(Slice {
-                            op: r.op,
-                            local: r.local + off,
-                            remote: r.remote + off,
-                            len: n,
-                            retries: 0,
-                            gpu,
-                            done: SliceDone::new(batch.clone(), task),
-                        });
-                    }
-                }
-                Target::Tcp(peer) => {
-                    if pending
-                        .as_ref()
-                        .is_some_and(|(p, _)| !Arc::ptr_eq(p, &peer))
-                    {
-                        let (p, v) = pending.take().expect("checked");
-                        p.submit_all(v);
-                    }
-                    let (_, v) = pending.get_or_insert_with(|| (peer, Vec::new()));
-                    v.extend(slices.map(|(off, n)| Slice {
-                        op: r.op,
-                        local: r.local + off,
-                        remote: r.remote + off,
-                        len: n,
-                        gpu,
-                        retries: 0,
-                        done: SliceDone::new(batch.clone(), task),
-                    }));
-                }
+            if pending.as_ref().is_some_and(|(p, _)| !p.same(&t)) {
+                let (p, v) = pending.take().expect("checked");
+                p.submit_all(v);
             }
+            let (_, v) = pending.get_or_insert_with(|| (t, Vec::new()));
+            // GPU regions go to the RDMA NIC as registered (GPUDirect); staging through host
+            // memory, as TCP does, is not built for RDMA yet.
+            v.extend((0..r.len).step_by(slice as usize).map(|off| Slice {
+                op: r.op,
+                local: r.local + off,
+                remote: r.remote + off,
+                len: slice.min(r.len - off),
+                gpu,
+                retries: 0,
+                done: SliceDone::new(batch.clone(), task),
+            }));
         }
         if let Some((p, v)) = pending {
             p.submit_all(v);

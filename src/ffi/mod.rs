@@ -1,5 +1,6 @@
-//! The C APIs. This is the only module that touches C pointers or exports symbols:
-//! `native` is tidewire's own `tw_*` API (`include/tidewire.h`); `mooncake` exports the 27
+//! The C APIs. This is the only module that touches pointers handed in by C callers, and the
+//! only one that exports symbols (`gpu` and `transport::rdma` hold pointers to CUDA and verbs
+//! objects they created). `native` is tidewire's own `tw_*` API (`include/tidewire.h`); `mooncake` exports the 27
 //! functions of Mooncake's `transfer_engine_c.h`.
 #![allow(non_camel_case_types)]
 
@@ -65,18 +66,41 @@ pub(crate) unsafe fn slice_arg<'a, T>(
     Ok(unsafe { std::slice::from_raw_parts(p, count) })
 }
 
+/// The one NUL-terminated copy of the C layers: `bytes`, then a NUL, at `dst`.
+///
+/// # Safety
+/// `dst` is valid for `bytes.len() + 1` bytes of writes and does not overlap `bytes`.
+pub(crate) unsafe fn copy_with_nul(bytes: &[u8], dst: *mut c_char) {
+    // SAFETY: `dst` holds bytes.len() + 1 bytes per this function's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.cast::<u8>(), bytes.len());
+        *dst.add(bytes.len()) = 0;
+    }
+}
+
 /// Copies `s` plus a NUL into `buf[..len]`; `false` when it does not fit (nothing written).
 ///
 /// # Safety
-/// `buf` is valid for `len` bytes of writes.
+/// `buf` is NULL or valid for `len` bytes of writes.
 pub(crate) unsafe fn write_c_string(s: &str, buf: *mut c_char, len: usize) -> bool {
     if buf.is_null() || s.len() + 1 > len {
         return false;
     }
     // SAFETY: `buf` holds at least s.len()+1 bytes per the check above and the caller's contract.
-    unsafe {
-        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
-        *buf.add(s.len()) = 0;
-    }
+    unsafe { copy_with_nul(s.as_bytes(), buf) };
     true
+}
+
+/// Copies as much of `s` as fits into `buf[..len]`, NUL-terminated (like `snprintf`); writes
+/// nothing when `buf` is NULL or `len` is 0.
+///
+/// # Safety
+/// `buf` is NULL or valid for `len` bytes of writes.
+pub(crate) unsafe fn write_c_string_truncated(s: &str, buf: *mut c_char, len: usize) {
+    if buf.is_null() || len == 0 {
+        return;
+    }
+    let n = s.len().min(len - 1);
+    // SAFETY: n + 1 <= len bytes, writable per the caller's contract.
+    unsafe { copy_with_nul(&s.as_bytes()[..n], buf) };
 }

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, ErrorKind};
 use std::cell::RefCell;
-use std::ffi::{CStr, c_char};
+use std::ffi::c_char;
 
 /// Result of every fallible `tw_*` call: 0 = success, negative = error. Numbers are stable.
 pub type tw_result = i32;
@@ -46,28 +46,29 @@ pub const TW_ERR_INTERNAL: tw_result = -17;
 /// A panic was caught at the API boundary (a bug; the engine stays usable).
 pub const TW_ERR_PANIC: tw_result = -18;
 
-/// Native code of an error kind.
-pub fn code_of(kind: ErrorKind) -> tw_result {
-    match kind {
-        ErrorKind::InvalidArgument => TW_ERR_INVALID_ARGUMENT,
-        ErrorKind::NullArgument => TW_ERR_NULL_ARGUMENT,
-        ErrorKind::TooManyRequests => TW_ERR_TOO_MANY_REQUESTS,
-        ErrorKind::AddressNotRegistered => TW_ERR_ADDRESS_NOT_REGISTERED,
-        ErrorKind::AddressOverlapped => TW_ERR_ADDRESS_OVERLAPPED,
-        ErrorKind::InvalidId => TW_ERR_INVALID_ID,
-        ErrorKind::UnknownSegment => TW_ERR_UNKNOWN_SEGMENT,
-        ErrorKind::Busy => TW_ERR_BUSY,
-        ErrorKind::Timeout => TW_ERR_TIMEOUT,
-        ErrorKind::Rejected => TW_ERR_REJECTED,
-        ErrorKind::Socket => TW_ERR_SOCKET,
-        ErrorKind::Protocol => TW_ERR_PROTOCOL,
-        ErrorKind::Metadata => TW_ERR_METADATA,
-        ErrorKind::Unsupported => TW_ERR_UNSUPPORTED,
-        ErrorKind::BufferTooSmall => TW_ERR_BUFFER_TOO_SMALL,
-        ErrorKind::Shutdown => TW_ERR_SHUTDOWN,
-        ErrorKind::Internal => TW_ERR_INTERNAL,
-    }
+macro_rules! native_codes {
+    ($( $(#[$doc:meta])* $kind:ident = $v:literal, $name:literal, $code:ident,
+        ($st:ident, $errno:ident); )*) => {
+        // The constants above are written out for cbindgen; each must be minus its kind's value.
+        const _: () = { $( assert!($code == -($v as tw_result)); )* };
+
+        /// Native code of an error kind.
+        pub fn code_of(kind: ErrorKind) -> tw_result {
+            match kind {
+                $(ErrorKind::$kind => $code,)*
+            }
+        }
+
+        /// NUL-terminated name of an error code (`"TW_ERR_TIMEOUT\0"`), `None` when unknown.
+        fn error_code_name(code: tw_result) -> Option<&'static str> {
+            match code {
+                $(c if c == $code => Some(concat!(stringify!($code), "\0")),)*
+                _ => None,
+            }
+        }
+    };
 }
+crate::error::error_kinds!(native_codes);
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
@@ -102,29 +103,12 @@ pub(crate) fn record_panic(payload: &(dyn std::any::Any + Send)) {
 /// numbers this version does not define). Never NULL; the string lives forever.
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_result_str(code: tw_result) -> *const c_char {
-    let s: &'static CStr = match code {
-        TW_OK => c"TW_OK",
-        TW_ERR_INVALID_ARGUMENT => c"TW_ERR_INVALID_ARGUMENT",
-        TW_ERR_NULL_ARGUMENT => c"TW_ERR_NULL_ARGUMENT",
-        TW_ERR_TOO_MANY_REQUESTS => c"TW_ERR_TOO_MANY_REQUESTS",
-        TW_ERR_ADDRESS_NOT_REGISTERED => c"TW_ERR_ADDRESS_NOT_REGISTERED",
-        TW_ERR_ADDRESS_OVERLAPPED => c"TW_ERR_ADDRESS_OVERLAPPED",
-        TW_ERR_INVALID_ID => c"TW_ERR_INVALID_ID",
-        TW_ERR_UNKNOWN_SEGMENT => c"TW_ERR_UNKNOWN_SEGMENT",
-        TW_ERR_BUSY => c"TW_ERR_BUSY",
-        TW_ERR_TIMEOUT => c"TW_ERR_TIMEOUT",
-        TW_ERR_REJECTED => c"TW_ERR_REJECTED",
-        TW_ERR_SOCKET => c"TW_ERR_SOCKET",
-        TW_ERR_PROTOCOL => c"TW_ERR_PROTOCOL",
-        TW_ERR_METADATA => c"TW_ERR_METADATA",
-        TW_ERR_UNSUPPORTED => c"TW_ERR_UNSUPPORTED",
-        TW_ERR_BUFFER_TOO_SMALL => c"TW_ERR_BUFFER_TOO_SMALL",
-        TW_ERR_SHUTDOWN => c"TW_ERR_SHUTDOWN",
-        TW_ERR_INTERNAL => c"TW_ERR_INTERNAL",
-        TW_ERR_PANIC => c"TW_ERR_PANIC",
-        _ => c"TW_ERR_UNKNOWN",
+    let s: &'static str = match code {
+        TW_OK => "TW_OK\0",
+        TW_ERR_PANIC => "TW_ERR_PANIC\0",
+        c => error_code_name(c).unwrap_or("TW_ERR_UNKNOWN\0"),
     };
-    s.as_ptr()
+    s.as_ptr().cast()
 }
 
 /// Copies the calling thread's last error message (NUL-terminated, truncated to fit) into
@@ -140,14 +124,8 @@ pub extern "C" fn tw_last_error_message(buf: *mut c_char, len: usize) -> usize {
     super::ffi_boundary!(0, {
         LAST_ERROR.with(|l| {
             let msg = l.borrow();
-            if !buf.is_null() && len > 0 {
-                let n = msg.len().min(len - 1);
-                // SAFETY: the caller guarantees `buf` is writable for `len` bytes; n + 1 <= len.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
-                    *buf.add(n) = 0;
-                }
-            }
+            // SAFETY: `buf` is NULL or writable for `len` bytes (API contract).
+            unsafe { super::write_c_string_truncated(&msg, buf, len) };
             msg.len() + 1
         })
     })
@@ -156,6 +134,7 @@ pub extern "C" fn tw_last_error_message(buf: *mut c_char, len: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::CStr;
 
     #[test]
     fn every_kind_has_a_distinct_named_code() {

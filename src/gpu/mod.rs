@@ -1,12 +1,11 @@
 //! GPU memory through the CUDA driver API, loaded at run time (`sys.rs`): where a pointer lives
 //! (`cuda:N` or `cpu:N`), primary contexts, per-thread staging streams with pinned buffers
-//! (`stage.rs`, used by the TCP transport), and stream-ordered transfers (`stream.rs`). See
+//! (used by the TCP transport's `tcp/stage.rs`), and stream-ordered transfers (`stream.rs`). See
 //! `README.md` here for what is tested without a GPU and what needs one.
 //!
 //! Nothing here is called for host memory on the transfer path: whether a range needs staging is
 //! decided once, when it is registered, and kept in the registry.
 
-pub mod stage;
 pub mod stream;
 pub mod sys;
 

@@ -3,7 +3,61 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::memory::{Access, Registry, raw};
-use crate::transport::Opcode;
+use crate::transport::{Opcode, Slice, Transport};
+use std::sync::{Arc, Weak};
+
+/// The memcpy transport: this engine's own segment (`owner == None`) or the registry of a peer
+/// engine living in this process (checked with remote-access rules; gone = `Socket`).
+pub struct MemCopy {
+    mine: Arc<Registry>,
+    owner: Option<Weak<Registry>>,
+}
+
+impl MemCopy {
+    /// Copies within this engine's own registered memory.
+    pub fn own(mine: Arc<Registry>) -> MemCopy {
+        MemCopy { mine, owner: None }
+    }
+
+    /// Copies to and from a peer engine of this process.
+    pub fn in_process(mine: Arc<Registry>, owner: Weak<Registry>) -> MemCopy {
+        MemCopy {
+            mine,
+            owner: Some(owner),
+        }
+    }
+
+    fn copy_slice(&self, owner: &Registry, access: Access, s: &Slice) -> Result<u64> {
+        copy(&self.mine, owner, access, s.op, s.local, s.remote, s.len).map(|_| s.len)
+    }
+}
+
+impl Transport for MemCopy {
+    fn path_name(&self) -> &'static str {
+        match self.owner {
+            None => "local",
+            Some(_) => "in-process",
+        }
+    }
+
+    fn submit_all(&self, slices: Vec<Slice>) {
+        let owner = self.owner.as_ref().map(Weak::upgrade);
+        for s in slices {
+            let res = match &owner {
+                None => self.copy_slice(&self.mine, Access::Local, &s),
+                Some(Some(o)) => self.copy_slice(o, Access::Remote, &s),
+                Some(None) => {
+                    s.done.finish(Err(ErrorKind::Socket));
+                    continue;
+                }
+            };
+            s.done.finish(res.map_err(|e| {
+                crate::tw_log!(crate::log::Level::Warn, "same-host transfer: {e}");
+                e.kind()
+            }));
+        }
+    }
+}
 
 /// Copies between this engine's registered memory (`mine`) and memory registered with `owner`
 /// (this engine again for the local segment, or a peer engine of this process). The remote range

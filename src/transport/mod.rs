@@ -1,13 +1,29 @@
 //! Transports move slices. A slice is one contiguous range on both sides; finishing it updates
-//! its task through [`SliceDone`](crate::engine::batch::SliceDone).
+//! its task through [`SliceDone`](crate::completion::SliceDone).
 
 pub mod chan;
 pub mod local;
 pub mod rdma;
+mod route;
 pub mod samehost;
 pub mod tcp;
 
-use crate::engine::batch::SliceDone;
+use crate::completion::SliceDone;
+
+pub use route::Route;
+
+/// What every transport does: take slices and fire each one's [`SliceDone`] exactly once
+/// (success with the bytes moved, or the failure). Implemented by the TCP peer (which switches
+/// itself to the verified same-host path), the in-process memcpy and the RDMA peer; the engine
+/// reaches all of them through [`Route`].
+pub trait Transport {
+    /// Short name of the path in use: `"local"`, `"in-process"`, `"tcp"`, `"same-host"` or
+    /// `"rdma"`.
+    fn path_name(&self) -> &'static str;
+
+    /// Moves `slices` (in any order, possibly on other threads).
+    fn submit_all(&self, slices: Vec<Slice>);
+}
 
 /// Transfer direction, numbered as Mooncake's `OPCODE_*`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

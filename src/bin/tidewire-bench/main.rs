@@ -12,6 +12,7 @@ mod demo;
 mod pattern;
 mod spec;
 mod sys;
+mod table;
 mod target;
 
 use args::UsageError;

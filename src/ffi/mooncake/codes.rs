@@ -33,31 +33,19 @@ pub(super) const ERR_NOT_IMPLEMENTED: c_int = -303;
 pub(super) const INVALID_BATCH: u64 = u64::MAX;
 pub(super) const NO_RDMA: &str = "RDMA transport not available in this build/host";
 
-/// Both Mooncake codes for an error kind: `(Status code, error.h code)`.
-///
-/// An unknown segment id is `kInvalidArgument` for a submit (Mooncake's "no cached descriptor")
-/// and `ERR_METADATA` for `genNotifyInEngine`; a peer refusing an address range is "address not
-/// registered"; shutdown and internal failures use Mooncake's context codes.
-pub(super) const fn codes(kind: ErrorKind) -> (c_int, c_int) {
-    match kind {
-        ErrorKind::InvalidArgument | ErrorKind::NullArgument | ErrorKind::BufferTooSmall => {
-            (K_INVALID_ARGUMENT, ERR_INVALID_ARGUMENT)
+macro_rules! mooncake_codes {
+    ($( $(#[$doc:meta])* $kind:ident = $v:literal, $name:literal, $code:ident,
+        ($st:ident, $errno:ident); )*) => {
+        /// Both Mooncake codes for an error kind: `(Status code, error.h code)`, from the
+        /// error-kind table in `error.rs`.
+        pub(super) const fn codes(kind: ErrorKind) -> (c_int, c_int) {
+            match kind {
+                $(ErrorKind::$kind => ($st, $errno),)*
+            }
         }
-        ErrorKind::InvalidId => (K_INVALID_ARGUMENT, ERR_INVALID_ARGUMENT),
-        ErrorKind::UnknownSegment => (K_INVALID_ARGUMENT, ERR_METADATA),
-        ErrorKind::TooManyRequests => (K_TOO_MANY_REQUESTS, ERR_TOO_MANY_REQUESTS),
-        ErrorKind::AddressNotRegistered | ErrorKind::Rejected => {
-            (K_ADDRESS_NOT_REGISTERED, ERR_ADDRESS_NOT_REGISTERED)
-        }
-        ErrorKind::AddressOverlapped => (K_ADDRESS_OVERLAPPED, ERR_ADDRESS_OVERLAPPED),
-        ErrorKind::Busy => (K_BATCH_BUSY, ERR_BATCH_BUSY),
-        ErrorKind::Timeout | ErrorKind::Socket => (K_SOCKET, ERR_SOCKET),
-        ErrorKind::Protocol => (K_MALFORMED_JSON, ERR_MALFORMED_JSON),
-        ErrorKind::Metadata => (K_METADATA, ERR_METADATA),
-        ErrorKind::Unsupported => (K_NOT_SUPPORTED_TRANSPORT, ERR_NOT_IMPLEMENTED),
-        ErrorKind::Shutdown | ErrorKind::Internal => (K_CONTEXT, ERR_CONTEXT),
-    }
+    };
 }
+crate::error::error_kinds!(mooncake_codes);
 
 /// Records and logs a failure of `func`; returns its kind.
 pub(super) fn record(func: &str, e: &Error) -> ErrorKind {

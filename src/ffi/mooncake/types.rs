@@ -49,7 +49,7 @@ pub struct buffer_entry {
     pub length: usize,
 }
 
-/// `struct nic_load_stat` (80 bytes). tidewire reports no NICs, so it never writes one.
+/// `struct nic_load_stat` (80 bytes), one per RDMA NIC in `getNicLoadStats`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct nic_load_stat {

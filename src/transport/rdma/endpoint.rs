@@ -18,15 +18,24 @@ pub struct Remote {
     pub qpns: Vec<u32>,
 }
 
-/// Per-queue-pair send state.
-#[derive(Default)]
-pub(crate) struct QpState {
+/// Per-queue-pair send state. `W` is the unit of work waiting for room (the posting code's
+/// work request); generic so that this file does not depend on the code that posts.
+pub(crate) struct QpState<W> {
     pub outstanding: u32,
-    pub pending: VecDeque<Box<super::post::Work>>,
+    pub pending: VecDeque<W>,
+}
+
+impl<W> Default for QpState<W> {
+    fn default() -> Self {
+        QpState {
+            outstanding: 0,
+            pending: VecDeque::new(),
+        }
+    }
 }
 
 /// Queue pairs of one (local device, peer device) pair.
-pub struct Endpoint {
+pub struct Endpoint<W> {
     pub(crate) dev: Arc<Device>,
     /// Index of `dev` in the transport's device list.
     pub(crate) dev_index: usize,
@@ -34,18 +43,18 @@ pub struct Endpoint {
     pub peer_nic_path: String,
     pub(crate) qps: Vec<*mut ibv_qp>,
     pub(crate) max_wr: u32,
-    pub(crate) state: Vec<Mutex<QpState>>,
+    pub(crate) state: Vec<Mutex<QpState<W>>>,
     pub(crate) next: AtomicUsize,
     pub(crate) broken: AtomicBool,
     destroyed: AtomicBool,
 }
 
 // SAFETY: queue pairs are thread-safe verbs objects; they are destroyed once, in `destroy`.
-unsafe impl Send for Endpoint {}
+unsafe impl<W: Send> Send for Endpoint<W> {}
 // SAFETY: as above.
-unsafe impl Sync for Endpoint {}
+unsafe impl<W: Send> Sync for Endpoint<W> {}
 
-impl Endpoint {
+impl<W> Endpoint<W> {
     /// Creates `n` RC queue pairs on `dev` and moves them to INIT.
     pub fn create(
         dev: Arc<Device>,
@@ -53,7 +62,7 @@ impl Endpoint {
         peer_nic_path: String,
         n: usize,
         max_wr: u32,
-    ) -> Result<Endpoint, String> {
+    ) -> Result<Endpoint<W>, String> {
         let mut ep = Endpoint {
             dev: dev.clone(),
             dev_index,
@@ -236,7 +245,7 @@ impl Endpoint {
     }
 }
 
-impl Drop for Endpoint {
+impl<W> Drop for Endpoint<W> {
     fn drop(&mut self) {
         self.destroy();
     }

@@ -14,7 +14,7 @@ use crate::log::Level;
 use crate::metadata::SegmentDesc;
 use crate::metadata::descriptor::DeviceDesc;
 use device::{Device, gid_string, parse_gid};
-use endpoint::{Endpoint, Remote};
+use endpoint::Remote;
 use post::Work;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -25,6 +25,11 @@ use sys::*;
 use verbs::Verbs;
 
 pub use post::RdmaPeer;
+
+/// Queue pairs toward one peer device, queueing this transport's work requests.
+pub(crate) type Endpoint = endpoint::Endpoint<Box<Work>>;
+/// Send accounting of one queue pair of an [`Endpoint`].
+pub(crate) type QpState = endpoint::QpState<Box<Work>>;
 
 /// Transport settings (from the engine configuration).
 #[derive(Debug, Clone)]

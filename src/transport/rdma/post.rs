@@ -3,8 +3,8 @@
 
 use super::Rdma;
 use super::device::CQ_DEPTH;
-use super::endpoint::{Endpoint, QpState};
 use super::sys::*;
+use super::{Endpoint, QpState};
 use crate::error::ErrorKind;
 use crate::log::Level;
 use crate::metadata::SegmentDesc;
@@ -23,6 +23,10 @@ pub struct Work {
     sge: ibv_sge,
     wr: ibv_send_wr,
 }
+
+// SAFETY: the raw pointers inside `sge` and `wr` point into this boxed `Work` itself or at
+// registered memory; they are only used by the thread that currently owns the box.
+unsafe impl Send for Work {}
 
 impl Work {
     /// Finishes the slice with an error.
@@ -77,6 +81,18 @@ impl RdmaPeer {
             wr: ibv_send_wr::default(),
         });
         self.rdma.dispatch(w);
+    }
+}
+
+impl crate::transport::Transport for Arc<RdmaPeer> {
+    fn path_name(&self) -> &'static str {
+        "rdma"
+    }
+
+    fn submit_all(&self, slices: Vec<Slice>) {
+        for s in slices {
+            self.submit(s);
+        }
     }
 }
 
@@ -161,8 +177,8 @@ impl Rdma {
         }
     }
 
-    /// Completion thread of device `di`: polls, spins briefly when idle, then sleeps on the
-    /// completion channel.
+    /// Completion thread of device `di`: polls; when idle, spins up to 2000 empty polls (yielding
+    /// every 64), then arms the CQ and sleeps on the completion channel (at most 50 ms).
     pub(crate) fn completion_loop(self: Arc<Self>, di: usize) {
         let dev = self.devices[di].clone();
         let mut wc = [ibv_wc::default(); 64];

@@ -4,4 +4,5 @@
 pub mod client;
 pub mod net;
 pub mod server;
+mod stage;
 pub mod wire;

@@ -233,7 +233,7 @@ fn serve_gpu(
     h: Header,
     dev: u32,
 ) -> io::Result<bool> {
-    use crate::gpu::stage::{self, StageError};
+    use super::stage::{self, StageError};
     let size = h.size as usize;
     if h.write {
         return match stage::recv_to_device(rb, reader, dev, h.addr, size) {

@@ -3,9 +3,9 @@
 //! socket (send), or chunk k's upload running while chunk k+1 is read (receive). Used on both the
 //! initiator (TCP lanes) and the target (server sessions).
 
-use super::{CHUNK, with_stager};
+use super::net::{RecvBuf, send_all};
 use crate::error::Error;
-use crate::transport::tcp::net::{RecvBuf, send_all};
+use crate::gpu::{CHUNK, with_stager};
 use std::io::{self, IoSlice, Read};
 use std::os::fd::RawFd;
 

@@ -1,0 +1,174 @@
+//! Engine lifecycle: binding the listeners, starting the RPC and data servers, publishing the
+//! segment at start-up, and tearing it all down on drop.
+
+use super::ids::IdTable;
+use super::publish::MetadataKeys;
+use super::rpc::handle_rpc;
+use super::{Config, Engine, Inner};
+use crate::error::{Error, ErrorKind, Result, fail};
+use crate::log::Level;
+use crate::memory::Registry;
+use crate::metadata::http::HttpStore;
+use crate::metadata::rpc::MsgType;
+use crate::metadata::server::RpcServer;
+use crate::transport::Route;
+use crate::transport::local::MemCopy;
+use crate::transport::samehost;
+use crate::transport::tcp::client::{ClientConfig, TcpClient};
+use crate::transport::tcp::server::TcpServer;
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex, RwLock};
+
+fn bind(host: &str, port: u16) -> Result<TcpListener> {
+    let addrs = crate::metadata::resolve(host, port)?;
+    let mut last = None;
+    for a in addrs {
+        match TcpListener::bind(a) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(format!("{a}: {e}")),
+        }
+    }
+    fail(
+        ErrorKind::Socket,
+        format!("cannot bind {host}:{port}: {}", last.unwrap_or_default()),
+    )
+}
+
+impl Engine {
+    /// Starts an engine: binds the RPC and data listeners, starts their threads and, with an HTTP
+    /// metadata server, publishes this segment.
+    pub fn new(cfg: Config) -> Result<Engine> {
+        // P2P: the name's host is advertised. Metadata-server mode: the name is just a key, so
+        // (as Mooncake) advertise the bind address, else the first up non-loopback IPv4.
+        let host = if cfg.is_p2p() {
+            crate::metadata::parse_host_port(&cfg.local_server_name, 0)?.0
+        } else if !cfg.bind_address.is_empty() {
+            cfg.bind_address.clone()
+        } else {
+            crate::metadata::first_lan_ipv4().unwrap_or_else(|| "127.0.0.1".to_string())
+        };
+        if cfg.local_server_name.trim().is_empty() {
+            return fail(ErrorKind::InvalidArgument, "local_server_name is empty");
+        }
+        let bind_host = if cfg.bind_address.is_empty() {
+            host.clone()
+        } else {
+            cfg.bind_address.clone()
+        };
+        let store = if cfg.is_p2p() {
+            None
+        } else {
+            Some(HttpStore::new(
+                &cfg.metadata,
+                cfg.connect_timeout.min(std::time::Duration::from_secs(3)),
+            )?)
+        };
+        let rpc_listener = bind(&bind_host, cfg.rpc_port)?;
+        let data_listener = bind(&bind_host, cfg.data_port)?;
+        let rpc_port = rpc_listener
+            .local_addr()
+            .map_err(|e| Error::new(ErrorKind::Socket, e.to_string()))?
+            .port();
+        let data_port = data_listener
+            .local_addr()
+            .map_err(|e| Error::new(ErrorKind::Socket, e.to_string()))?
+            .port();
+        let name = if cfg.is_p2p() {
+            crate::metadata::join_host_port(&host, rpc_port)
+        } else {
+            cfg.local_server_name.clone()
+        };
+        let client = TcpClient::new(ClientConfig {
+            lanes: cfg.tcp_lanes,
+            connect_timeout: cfg.connect_timeout,
+            io_timeout: cfg.io_timeout,
+            ..ClientConfig::default()
+        });
+        let registry = Arc::new(Registry::new());
+        let keys = MetadataKeys::from_env();
+        let inner = Arc::new(Inner {
+            rpc_host: if cfg.bind_address.is_empty()
+                || cfg.bind_address == "0.0.0.0"
+                || cfg.bind_address == "::"
+            {
+                host
+            } else {
+                cfg.bind_address.clone()
+            },
+            cfg,
+            name,
+            rpc_port,
+            data_port,
+            own_route: Route::Memory(Arc::new(MemCopy::own(registry.clone()))),
+            registry: registry.clone(),
+            keys,
+            segments: RwLock::default(),
+            open_lock: Mutex::new(()),
+            batches: IdTable::default(),
+            scatters: IdTable::default(),
+            client,
+            notifies: Mutex::default(),
+            live: RwLock::new(true),
+            store,
+            servers: Mutex::new(None),
+            token: Box::new(samehost::new_token()),
+            rdma: std::sync::OnceLock::new(),
+            rdma_note: Mutex::new(String::new()),
+        });
+        samehost::announce(*inner.token, Arc::downgrade(&inner.registry));
+        let weak = Arc::downgrade(&inner);
+        let handler = Arc::new(move |ty: MsgType, body: &[u8]| handle_rpc(&weak, ty, body));
+        let io = inner.cfg.connect_timeout;
+        let rpc = RpcServer::start(rpc_listener, handler, io, inner.cfg.handshake_max_len)
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("starting rpc thread: {e}")))?;
+        let tcp = TcpServer::start(data_listener, registry, inner.cfg.io_timeout)
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("starting tcp server: {e}")))?;
+        *inner.servers.lock().unwrap_or_else(|e| e.into_inner()) = Some((rpc, tcp));
+        let engine = Engine { inner };
+        engine.start_rdma()?;
+        if let Some(store) = &engine.inner.store {
+            let meta =
+                serde_json::json!({"ip_or_host_name": engine.inner.rpc_host, "rpc_port": rpc_port});
+            store.put(
+                &engine.inner.keys.rpc_meta(&engine.inner.name),
+                &meta.to_string(),
+            )?;
+            engine.inner.publish()?;
+        }
+        tw_log!(
+            Level::Info,
+            "engine {} up (rpc {rpc_port}, data {data_port})",
+            engine.inner.name
+        );
+        Ok(engine)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        samehost::withdraw(*self.inner.token);
+        *self.inner.live.write().unwrap_or_else(|e| e.into_inner()) = false;
+        self.inner.client.shutdown();
+        if let Some(r) = self.inner.rdma.get() {
+            r.shutdown();
+        }
+        drop(
+            self.inner
+                .servers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+        if let Some(store) = &self.inner.store {
+            for key in [
+                self.inner.keys.ram(&self.inner.name),
+                self.inner.keys.rpc_meta(&self.inner.name),
+            ] {
+                if let Err(e) = store.delete(&key) {
+                    tw_log!(Level::Warn, "removing {key}: {e}");
+                }
+            }
+        }
+        tw_log!(Level::Info, "engine {} down", self.inner.name);
+    }
+}

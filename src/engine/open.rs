@@ -1,0 +1,134 @@
+//! Opening, closing and refreshing remote segments, and what is known about each.
+
+use super::segments::{LOCAL_SEGMENT, Segment, SegmentId};
+use super::{Engine, Inner};
+use crate::error::{Error, ErrorKind, Result, fail};
+use crate::metadata::SegmentDesc;
+use crate::transport::Transport;
+use std::sync::Arc;
+
+impl Engine {
+    /// This engine's descriptor as peers see it.
+    pub fn local_descriptor(&self) -> SegmentDesc {
+        self.inner.local_desc()
+    }
+
+    /// Opens (or finds in the cache) the segment `name` and returns its id. The engine's own name
+    /// is segment 0. Leading `/` are ignored, as in Mooncake.
+    pub fn open_segment(&self, name: &str) -> Result<SegmentId> {
+        let name = name.trim_start_matches('/');
+        if name.is_empty() {
+            return fail(ErrorKind::InvalidArgument, "empty segment name");
+        }
+        if name == self.inner.name {
+            return Ok(LOCAL_SEGMENT);
+        }
+        let _serial = self
+            .inner
+            .open_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(id) = self
+            .inner
+            .segments
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .id_of(name)
+        {
+            return Ok(id);
+        }
+        let seg = self.inner.fetch_segment(name)?;
+        Ok(self
+            .inner
+            .segments
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(seg))
+    }
+
+    /// Forgets a segment id. Transfers already submitted to it finish normally.
+    pub fn close_segment(&self, id: SegmentId) -> Result<()> {
+        if id == LOCAL_SEGMENT {
+            return Ok(());
+        }
+        if self
+            .inner
+            .segments
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+        {
+            Ok(())
+        } else {
+            fail(
+                ErrorKind::UnknownSegment,
+                format!("segment {id} is not open"),
+            )
+        }
+    }
+
+    /// Re-fetches a segment's descriptor (after the peer registered more memory).
+    pub fn refresh_segment(&self, id: SegmentId) -> Result<()> {
+        if id == LOCAL_SEGMENT {
+            return Ok(());
+        }
+        let seg = self.inner.segment(id)?;
+        let fresh = self.inner.fetch_segment(&seg.name)?;
+        let state = fresh.state.into_inner().unwrap_or_else(|e| e.into_inner());
+        *seg.state.write().unwrap_or_else(|e| e.into_inner()) = state;
+        Ok(())
+    }
+
+    /// Refreshes every open segment; returns the first error after trying them all.
+    pub fn refresh_all_segments(&self) -> Result<()> {
+        let all = self
+            .inner
+            .segments
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .all();
+        let mut first = None;
+        for (id, _) in all {
+            if let Err(e) = self.refresh_segment(id) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// The cached descriptor of an open segment (0 = this engine).
+    pub fn segment_descriptor(&self, id: SegmentId) -> Result<SegmentDesc> {
+        if id == LOCAL_SEGMENT {
+            return Ok(self.inner.local_desc());
+        }
+        Ok((*self.inner.segment(id)?.desc()).clone())
+    }
+
+    /// How bytes reach segment `id` now: `"local"`, `"in-process"`, `"same-host"`, `"tcp"` or
+    /// `"unsupported"`.
+    pub fn segment_path(&self, id: SegmentId) -> Result<&'static str> {
+        if id == LOCAL_SEGMENT {
+            return Ok("local");
+        }
+        Ok(match self.inner.segment(id)?.route() {
+            Some(route) => route.path_name(),
+            None => "unsupported",
+        })
+    }
+}
+
+impl Inner {
+    /// The open segment `id`.
+    pub(super) fn segment(&self, id: SegmentId) -> Result<Arc<Segment>> {
+        self.segments
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::UnknownSegment,
+                    format!("segment {id} is not open"),
+                )
+            })
+    }
+}

@@ -1,0 +1,82 @@
+//! Registered memory: registering and unregistering ranges (kept in step with RDMA and the
+//! published descriptor) and looking up where a range lives.
+
+use super::Engine;
+use crate::error::{Error, ErrorKind, Result};
+
+impl Engine {
+    /// Registers `[addr, addr+len)`. `location` is kept and published (`"cpu:N"`, `"cuda:N"`,
+    /// `"*"`); peers can never touch a region registered with `remote_accessible == false`.
+    pub fn register_memory(
+        &self,
+        addr: u64,
+        len: u64,
+        location: &str,
+        remote_accessible: bool,
+    ) -> Result<()> {
+        let fresh = self
+            .inner
+            .registry
+            .register(addr, len, location, remote_accessible)?;
+        if fresh {
+            self.inner
+                .rdma_register(&[(addr, len)], remote_accessible)?;
+        }
+        self.inner.publish_logged();
+        Ok(())
+    }
+
+    /// Registers several ranges, all or none.
+    pub fn register_memory_batch(&self, ranges: &[(u64, u64)], location: &str) -> Result<()> {
+        let fresh = self.inner.registry.register_all(ranges, location, true)?;
+        let new: Vec<(u64, u64)> = ranges
+            .iter()
+            .zip(&fresh)
+            .filter(|(_, f)| **f)
+            .map(|(r, _)| *r)
+            .collect();
+        self.inner.rdma_register(&new, true)?;
+        self.inner.publish_logged();
+        Ok(())
+    }
+
+    /// Drops one registration of the region starting at `addr`.
+    pub fn unregister_memory(&self, addr: u64) -> Result<()> {
+        if self.inner.registry.unregister(addr)? {
+            self.inner.rdma_unregister(addr);
+        }
+        self.inner.publish_logged();
+        Ok(())
+    }
+
+    /// Location of the registered region containing `addr` (`"cuda:N"`, `"cpu:N"`, or what was
+    /// given at registration).
+    pub fn memory_location(&self, addr: u64) -> Result<String> {
+        self.inner
+            .registry
+            .region_of(addr)
+            .map(|r| r.location)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::AddressNotRegistered,
+                    format!("{addr:#x} is not inside a registered region"),
+                )
+            })
+    }
+
+    /// Unregisters every address; returns the first error after trying them all.
+    pub fn unregister_memory_batch(&self, addrs: &[u64]) -> Result<()> {
+        let mut first = None;
+        for &a in addrs {
+            match self.inner.registry.unregister(a) {
+                Ok(true) => self.inner.rdma_unregister(a),
+                Ok(false) => {}
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        self.inner.publish_logged();
+        first.map_or(Ok(()), Err)
+    }
+}

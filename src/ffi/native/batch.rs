@@ -1,0 +1,119 @@
+//! Batches (`tw_batch_*`).
+
+use super::*;
+
+/// Allocates a batch holding up to `capacity` requests over all its submits; writes its id to
+/// `*batch_out`. Ids are validated on every use; a freed id gives `TW_ERR_INVALID_ID`.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_batch_alloc(
+    engine: *const tw_engine,
+    capacity: usize,
+    batch_out: *mut u64,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        // SAFETY: `batch_out` is NULL or valid for one write (API contract).
+        let slot = check!(unsafe { out(batch_out, "batch_out") });
+        *slot = check!(e.alloc_batch(capacity));
+        TW_OK
+    })
+}
+
+/// Submits `count` requests to a batch; they become tasks numbered in submission order. All are
+/// validated first (capacity, opcode, open segment, registered local range); on error none is
+/// started. Returns without waiting for the transfers.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_batch_submit(
+    engine: *const tw_engine,
+    batch: u64,
+    requests: *const tw_transfer_request,
+    count: usize,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        // SAFETY: `count` elements per the API contract.
+        let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
+        let v = check!(requests_from_c(reqs));
+        check!(e.submit(batch, &v));
+        TW_OK
+    })
+}
+
+/// Writes the status of task `task` of a batch to `*status_out`. Cheap (atomics only).
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_batch_status(
+    engine: *const tw_engine,
+    batch: u64,
+    task: usize,
+    status_out: *mut tw_transfer_status,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        // SAFETY: `status_out` is NULL or valid for one write (API contract).
+        let slot = check!(unsafe { out(status_out, "status_out") });
+        let s = check!(e.task_status(batch, task));
+        *slot = tw_transfer_status {
+            state: s.state as i32,
+            result: s.error.map_or(TW_OK, status::code_of),
+            transferred_bytes: s.transferred,
+        };
+        TW_OK
+    })
+}
+
+/// Blocks (polling with yields for about 50 µs, then sleeping) until every task of the batch has finished, or `timeout_ms` passes
+/// (negative = no limit). `TW_OK` when all completed; the first failed task's error otherwise;
+/// `TW_ERR_TIMEOUT` if time ran out (nothing is cancelled).
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_batch_wait(
+    engine: *const tw_engine,
+    batch: u64,
+    timeout_ms: i64,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        check!(check!(unsafe { engine_ref(engine) }).wait_batch(batch, timeout(timeout_ms)));
+        TW_OK
+    })
+}
+
+/// Frees a batch. `TW_ERR_BUSY` while any of its work is in flight (the batch stays valid);
+/// `TW_ERR_INVALID_ID` for an unknown or already freed id.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_batch_free(engine: *const tw_engine, batch: u64) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        check!(check!(unsafe { engine_ref(engine) }).free_batch(batch));
+        TW_OK
+    })
+}
+
+/// Like `tw_batch_submit`, and sends the notification (`name`, `msg`) to the first request's
+/// segment once a status query or wait observes the whole batch completed (Mooncake's
+/// `submitTransferWithNotify`). A batch that fails never sends it.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_batch_submit_with_notify(
+    engine: *const tw_engine,
+    batch: u64,
+    requests: *const tw_transfer_request,
+    count: usize,
+    name: *const c_char,
+    msg: *const c_char,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        // SAFETY: C strings per the API contract.
+        let (n, m) = check!(
+            unsafe { str_arg(name, "name") }.and_then(|n| Ok((n, unsafe { str_arg(msg, "msg") }?)))
+        );
+        // SAFETY: `count` elements per the API contract.
+        let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
+        let v = check!(requests_from_c(reqs));
+        check!(e.submit_with_notify(batch, &v, n, m));
+        TW_OK
+    })
+}

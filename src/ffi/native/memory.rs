@@ -1,0 +1,116 @@
+//! Registered memory (`tw_memory_*`).
+
+use super::*;
+
+/// Registers `[addr, addr+length)` for transfers. `location` is `"cpu:N"`, `"cuda:N"` or `"*"`
+/// (NULL = `"*"`). Peers can never read or write a region registered with
+/// `remote_accessible == false`. Re-registering the exact same range is counted (unregister it
+/// as many times); a partial overlap is `TW_ERR_ADDRESS_OVERLAPPED`. The memory must stay valid
+/// until unregistered.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_memory_register(
+    engine: *const tw_engine,
+    addr: *mut c_void,
+    length: usize,
+    location: *const c_char,
+    remote_accessible: bool,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        if addr.is_null() {
+            return status::fail(&null("addr"));
+        }
+        let loc = if location.is_null() {
+            "*"
+        } else {
+            // SAFETY: a NUL-terminated C string per the API contract.
+            check!(unsafe { str_arg(location, "location") })
+        };
+        check!(e.register_memory(addr as u64, length as u64, loc, remote_accessible));
+        TW_OK
+    })
+}
+
+/// Drops one registration of the region starting exactly at `addr`.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_memory_unregister(engine: *const tw_engine, addr: *mut c_void) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        if addr.is_null() {
+            return status::fail(&null("addr"));
+        }
+        check!(e.unregister_memory(addr as u64));
+        TW_OK
+    })
+}
+
+/// Registers `count` buffers, all or none, remote-accessible, at `location` (NULL = `"*"`).
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_memory_register_batch(
+    engine: *const tw_engine,
+    buffers: *const tw_buffer,
+    count: usize,
+    location: *const c_char,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        // SAFETY: `count` elements per the API contract.
+        let bufs = check!(unsafe { slice_arg(buffers, count, "buffers") });
+        let loc = if location.is_null() {
+            "*"
+        } else {
+            // SAFETY: a NUL-terminated C string per the API contract.
+            check!(unsafe { str_arg(location, "location") })
+        };
+        let ranges: Vec<(u64, u64)> = bufs
+            .iter()
+            .map(|b| (b.addr as u64, b.length as u64))
+            .collect();
+        check!(e.register_memory_batch(&ranges, loc));
+        TW_OK
+    })
+}
+
+/// Unregisters `count` base addresses; tries all and returns the first error.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_memory_unregister_batch(
+    engine: *const tw_engine,
+    addrs: *const *mut c_void,
+    count: usize,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        // SAFETY: `count` elements per the API contract.
+        let list = check!(unsafe { slice_arg(addrs, count, "addrs") });
+        let v: Vec<u64> = list.iter().map(|a| *a as u64).collect();
+        check!(e.unregister_memory_batch(&v));
+        TW_OK
+    })
+}
+
+/// Copies the location of the registered region containing `addr` (`"cuda:N"` or `"cpu:N"`;
+/// `"*"` registrations are resolved at registration) into `buf` (`len` bytes, NUL included).
+/// `TW_ERR_ADDRESS_NOT_REGISTERED` when no region contains it; `TW_ERR_BUFFER_TOO_SMALL` when
+/// it does not fit (nothing written).
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_memory_location(
+    engine: *const tw_engine,
+    addr: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        if buf.is_null() {
+            return status::fail(&null("buf"));
+        }
+        let loc = check!(e.memory_location(addr as u64));
+        // SAFETY: `buf` is writable for `len` bytes (API contract).
+        unsafe { string_out(&format!("location {loc:?}"), &loc, buf, len) }
+    })
+}

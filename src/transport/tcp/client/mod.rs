@@ -1,0 +1,404 @@
+//! Client side: per peer, a shared queue of slices served by several lanes. A lane is one
+//! persistent connection with two named threads: the sender gathers queued slices and writes
+//! their headers (and WRITE payloads) with one vectored syscall, without waiting for replies
+//! (pipelining); the receiver reads replies in order, straight into READ destinations.
+//!
+//! Failure rules: a slice whose reply says "rejected" fails as `Rejected`; a slice lost to a
+//! broken connection (peer reset) is re-sent once on a fresh connection, then fails as `Socket`;
+//! a slice lost because a rejection ahead of it made the server close the stream (Mooncake
+//! closes after any rejection, tidewire after a rejected WRITE) is re-sent without using that
+//! retry (each rejection is final, so this is bounded); a peer that refuses connections fails
+//! queued slices at once and is not retried for `cooldown`. A lane reconnects only when the
+//! connection its receiver found broken is still the current one (generation numbers).
+
+mod reply;
+mod send;
+
+use super::net::{RecvBuf, send_all};
+use super::wire::{HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_LEN, STATUS_OK, parse_status};
+use crate::error::ErrorKind;
+use crate::log::Level;
+use crate::memory::raw;
+use crate::transport::chan::{Receiver, Sender, TryRecvError, bounded, unbounded};
+use crate::transport::{Opcode, Slice, samehost};
+use reply::receiver_loop;
+use send::*;
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Client tuning.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Connections (lanes) per peer.
+    pub lanes: usize,
+    /// Connect deadline.
+    pub connect_timeout: Duration,
+    /// Deadline for any single socket read or write while a reply is due.
+    pub io_timeout: Duration,
+    /// After a failed connect, fail new work at once for this long.
+    pub cooldown: Duration,
+    /// Most slices gathered into one send.
+    pub gather: usize,
+    /// Most slices a lane has in flight (awaiting replies).
+    pub max_inflight: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            lanes: 2,
+            connect_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(30),
+            cooldown: Duration::from_millis(1000),
+            gather: 256,
+            max_inflight: 4096,
+        }
+    }
+}
+
+/// Where a peer's data server listens and which framing it speaks.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PeerAddr {
+    /// Host name or address.
+    pub host: String,
+    /// Data port.
+    pub port: u16,
+    /// Acknowledged (v2) framing.
+    pub v2: bool,
+    /// Pid of a verified tidewire peer on this host (same-host path), 0 = none.
+    pub vm_pid: u32,
+}
+
+enum Msg {
+    Work(Slice),
+    Stop,
+}
+
+enum Expect {
+    /// Replies now come on this stream (with its generation).
+    Conn(Arc<TcpStream>, u64),
+    /// A reply is due for this slice; `true` when it was sent validate-only (same-host path).
+    Reply(Slice, bool),
+    /// The peer is shutting down.
+    Stop,
+}
+
+struct Shared {
+    addr: PeerAddr,
+    cfg: ClientConfig,
+    queue: Sender<Msg>,
+    shutdown: AtomicBool,
+    streams: Mutex<Vec<Option<Arc<TcpStream>>>>,
+    /// Per lane: generation of the connection the receiver found broken (0 = none), so the
+    /// sender reconnects before sending more, and only if that is still its connection.
+    broken: Vec<AtomicU64>,
+    cooldown_until: Mutex<Option<Instant>>,
+    /// Same-host path in use (turned off for good if the kernel refuses it).
+    vm_on: AtomicBool,
+    lanes_tx: Vec<Mutex<LaneTx>>,
+    credit: Vec<Credit>,
+}
+
+impl Shared {
+    fn lane_tx(&self, lane: usize) -> std::sync::MutexGuard<'_, LaneTx> {
+        self.lanes_tx[lane]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Shared {
+    /// Fails `s`, or re-queues it once when it was lost to a broken connection.
+    fn fail_or_retry(&self, mut s: Slice, kind: ErrorKind, retryable: bool) {
+        // Acquire pairs with the Release in `Peer::drop`.
+        if retryable
+            && kind == ErrorKind::Socket
+            && s.retries < 1
+            && !self.shutdown.load(Ordering::Acquire)
+        {
+            s.retries += 1;
+            if let Err(e) = self.queue.send(Msg::Work(s)) {
+                if let Msg::Work(s) = e.into_inner() {
+                    s.done.finish(Err(kind));
+                }
+            }
+            return;
+        }
+        s.done.finish(Err(kind));
+    }
+
+    /// Re-queues `s` without using its retry: it was never executed because a rejected WRITE
+    /// ahead of it ended the connection.
+    fn resend(&self, s: Slice) {
+        // Acquire pairs with the Release in `Peer::drop`.
+        if self.shutdown.load(Ordering::Acquire) {
+            s.done.finish(Err(ErrorKind::Shutdown));
+            return;
+        }
+        if let Err(e) = self.queue.send(Msg::Work(s)) {
+            if let Msg::Work(s) = e.into_inner() {
+                s.done.finish(Err(ErrorKind::Shutdown));
+            }
+        }
+    }
+}
+
+/// Lanes to one peer.
+pub struct Peer {
+    shared: Arc<Shared>,
+    rx: Receiver<Msg>,
+    senders: Vec<JoinHandle<()>>,
+    receivers: Vec<JoinHandle<()>>,
+}
+
+/// A lane's sender stops taking work while this many bytes await replies on it.
+const LANE_MAX_INFLIGHT_BYTES: u64 = 2 << 20;
+/// A lane's sender gathers queued slices into one send up to this many bytes.
+const GATHER_MAX_BYTES: u64 = 512 << 10;
+
+/// Bytes sent on a lane whose replies have not been read yet.
+#[derive(Default)]
+struct Credit {
+    /// (bytes outstanding, whether the sender sleeps waiting for them to drop).
+    used: Mutex<(u64, bool)>,
+    cv: Condvar,
+}
+
+impl Credit {
+    fn take(&self, n: u64) {
+        self.used.lock().unwrap_or_else(|e| e.into_inner()).0 += n;
+    }
+
+    fn give(&self, n: u64) {
+        let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        u.0 = u.0.saturating_sub(n);
+        // Only a sleeping sender needs the (system-call) wake-up.
+        if u.1 && u.0 < LANE_MAX_INFLIGHT_BYTES {
+            u.1 = false;
+            drop(u);
+            self.cv.notify_all();
+        }
+    }
+
+    /// Blocks while `limit` or more bytes are outstanding (returns at shutdown).
+    fn wait_below(&self, limit: u64, shutdown: &AtomicBool) {
+        let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        // Acquire pairs with the Release in `Peer::drop`.
+        while u.0 >= limit && !shutdown.load(Ordering::Acquire) {
+            u.1 = true;
+            u = self.cv.wait(u).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Gives a reply's bytes back to its lane's credit when dropped.
+struct CreditBack<'a>(&'a Credit, u64);
+
+impl Drop for CreditBack<'_> {
+    fn drop(&mut self) {
+        self.0.give(self.1);
+    }
+}
+
+/// Payloads at least this large are read straight into their destination.
+pub(crate) const DIRECT_PAYLOAD: u64 = 64 << 10;
+
+/// Slices smaller than this stay on the socket even when the same-host path is on.
+const VM_MIN_BYTES: u64 = 64 << 10;
+
+/// Requests up to this many bytes in all may be written by the submitting thread itself when a
+/// lane is idle; larger ones are queued so that the lanes share them.
+const INLINE_MAX_BYTES: u64 = 64 << 10;
+
+impl crate::transport::Transport for Peer {
+    fn path_name(&self) -> &'static str {
+        Peer::path_name(self)
+    }
+
+    fn submit_all(&self, slices: Vec<Slice>) {
+        Peer::submit_all(self, slices)
+    }
+}
+
+impl Peer {
+    fn start(addr: PeerAddr, cfg: ClientConfig) -> std::io::Result<Peer> {
+        let (tx, rx) = unbounded();
+        let lanes = cfg.lanes.max(1);
+        let mut expect_rx = Vec::with_capacity(lanes);
+        let mut lanes_tx = Vec::with_capacity(lanes);
+        for _ in 0..lanes {
+            let (etx, erx) = bounded::<Expect>(cfg.max_inflight.max(1));
+            expect_rx.push(erx);
+            lanes_tx.push(Mutex::new(LaneTx {
+                conn: None,
+                generation: 0,
+                headers: Vec::with_capacity(cfg.gather),
+                expect: etx,
+            }));
+        }
+        let shared = Arc::new(Shared {
+            addr: addr.clone(),
+            cfg,
+            queue: tx,
+            shutdown: AtomicBool::new(false),
+            streams: Mutex::new(vec![None; lanes]),
+            broken: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
+            cooldown_until: Mutex::new(None),
+            vm_on: AtomicBool::new(addr.vm_pid != 0 && addr.v2),
+            lanes_tx,
+            credit: (0..lanes).map(|_| Credit::default()).collect(),
+        });
+        let mut peer = Peer {
+            shared: shared.clone(),
+            rx: rx.clone(),
+            senders: Vec::with_capacity(lanes),
+            receivers: Vec::with_capacity(lanes),
+        };
+        for (lane, erx) in expect_rx.into_iter().enumerate() {
+            let (sh, q) = (shared.clone(), rx.clone());
+            peer.senders.push(
+                std::thread::Builder::new()
+                    .name(format!("tw-tcp-lane-{}-tx{lane}", shared.addr.port))
+                    .spawn(move || sender_loop(&sh, lane, &q))?,
+            );
+            let sh = shared.clone();
+            peer.receivers.push(
+                std::thread::Builder::new()
+                    .name(format!("tw-tcp-lane-{}-rx{lane}", shared.addr.port))
+                    .spawn(move || receiver_loop(&sh, lane, &erx))?,
+            );
+        }
+        Ok(peer)
+    }
+
+    /// `"same-host"` while the validated `process_vm_*` path is in use, else `"tcp"`.
+    pub fn path_name(&self) -> &'static str {
+        if self.shared.vm_on.load(Ordering::Relaxed) {
+            "same-host"
+        } else {
+            "tcp"
+        }
+    }
+
+    /// Sends `slices` from the calling thread when they are small, nothing is queued and a lane
+    /// is idle; queues them for the lanes otherwise.
+    pub fn submit_all(&self, mut slices: Vec<Slice>) {
+        let sh = &self.shared;
+        // GPU slices always go to the lanes: staging runs on a lane's own stream and buffers,
+        // never on the application's thread.
+        let (bytes, gpu) = slices
+            .iter()
+            .fold((0u64, false), |(b, g), s| (b + s.len, g || s.gpu.is_some()));
+        if !gpu && bytes <= INLINE_MAX_BYTES && slices.len() <= sh.cfg.gather && sh.queue.is_empty()
+        {
+            for (lane, m) in sh.lanes_tx.iter().enumerate() {
+                let guard = match m.try_lock() {
+                    Ok(g) => Some(g),
+                    Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                    Err(std::sync::TryLockError::WouldBlock) => None,
+                };
+                if let Some(mut tx) = guard {
+                    tx.send(sh, lane, &mut slices);
+                    return;
+                }
+            }
+        }
+        for s in slices {
+            self.submit(s);
+        }
+    }
+
+    /// Queues one slice for the lanes.
+    pub fn submit(&self, slice: Slice) {
+        if let Err(e) = self.shared.queue.send(Msg::Work(slice)) {
+            if let Msg::Work(s) = e.into_inner() {
+                s.done.finish(Err(ErrorKind::Shutdown));
+            }
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        // Release pairs with the Acquire loads in the lane threads.
+        self.shared.shutdown.store(true, Ordering::Release);
+        for _ in 0..self.shared.cfg.lanes.max(1) {
+            let _ = self.shared.queue.send(Msg::Stop);
+        }
+        for c in &self.shared.credit {
+            drop(c.used.lock().unwrap_or_else(|e| e.into_inner()));
+            c.cv.notify_all();
+        }
+        for s in self
+            .shared
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .flatten()
+        {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for t in self.senders.drain(..) {
+            let _ = t.join();
+        }
+        // Senders are gone; tell each receiver to finish what it expects and exit.
+        for lane in 0..self.shared.lanes_tx.len() {
+            let _ = self.shared.lane_tx(lane).expect.send(Expect::Stop);
+        }
+        for t in self.receivers.drain(..) {
+            let _ = t.join();
+        }
+        // No thread is left to re-queue: whatever is still queued fails now.
+        while let Ok(m) = self.rx.try_recv() {
+            if let Msg::Work(s) = m {
+                s.done.finish(Err(ErrorKind::Shutdown));
+            }
+        }
+    }
+}
+
+/// All peers of one engine.
+pub struct TcpClient {
+    cfg: ClientConfig,
+    peers: Mutex<HashMap<PeerAddr, Arc<Peer>>>,
+}
+
+impl TcpClient {
+    /// A client with no peers yet.
+    pub fn new(cfg: ClientConfig) -> TcpClient {
+        TcpClient {
+            cfg,
+            peers: Mutex::default(),
+        }
+    }
+
+    /// The lanes to `addr`, started on first use.
+    pub fn peer(&self, addr: &PeerAddr) -> std::io::Result<Arc<Peer>> {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = peers.get(addr) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(Peer::start(addr.clone(), self.cfg.clone())?);
+        peers.insert(addr.clone(), p.clone());
+        Ok(p)
+    }
+
+    /// Stops every lane, failing queued work.
+    pub fn shutdown(&self) {
+        let peers: Vec<_> = self
+            .peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        drop(peers);
+    }
+}

@@ -1,0 +1,228 @@
+//! The sending half of a lane: connecting, gathering queued slices into one write, staging GPU
+//! payloads, and the inline send from the submitting thread.
+
+use super::*;
+
+pub(super) fn connect(sh: &Shared) -> Result<TcpStream, String> {
+    let addrs = crate::metadata::resolve(&sh.addr.host, sh.addr.port).map_err(|e| e.to_string())?;
+    let mut last = String::new();
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, sh.cfg.connect_timeout) {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                let _ = s.set_read_timeout(Some(sh.cfg.io_timeout));
+                let _ = s.set_write_timeout(Some(sh.cfg.io_timeout));
+                return Ok(s);
+            }
+            Err(e) => last = format!("{a}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+pub(super) fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>) {
+    let mut batch: Vec<Slice> = Vec::with_capacity(sh.cfg.gather);
+    let mut stopping = false;
+    while !stopping {
+        // Take new work only while this lane's replies are not too far behind, so that large
+        // transfers spread over every lane instead of piling up behind one.
+        sh.credit[lane].wait_below(LANE_MAX_INFLIGHT_BYTES, &sh.shutdown);
+        let mut bytes = 0;
+        match queue.recv() {
+            Ok(Msg::Work(s)) => {
+                bytes += s.len;
+                batch.push(s);
+            }
+            Ok(Msg::Stop) | Err(_) => break,
+        }
+        while batch.len() < sh.cfg.gather && bytes < GATHER_MAX_BYTES {
+            match queue.try_recv() {
+                Ok(Msg::Work(s)) => {
+                    bytes += s.len;
+                    batch.push(s);
+                }
+                Ok(Msg::Stop) => {
+                    stopping = true;
+                    break;
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        sh.lane_tx(lane).send(sh, lane, &mut batch);
+    }
+    if let Some(s) = sh.lane_tx(lane).conn.take() {
+        let _ = s.shutdown(Shutdown::Both);
+    }
+}
+
+/// The sending half of a lane. Its lock is held while writing, by the lane's sender thread or
+/// by a submitting thread that found the lane idle (inline send, one thread wake-up less).
+pub(super) struct LaneTx {
+    pub(super) conn: Option<Arc<TcpStream>>,
+    /// Generation of `conn` (counts connections made by this lane, from 1).
+    pub(super) generation: u64,
+    pub(super) headers: Vec<[u8; HEADER_LEN]>,
+    pub(super) expect: Sender<Expect>,
+}
+
+impl LaneTx {
+    /// Sends `batch` (emptied) on this lane, connecting first if needed.
+    pub(super) fn send(&mut self, sh: &Shared, lane: usize, batch: &mut Vec<Slice>) {
+        // Acquire pairs with the Release in `Peer::drop`.
+        if sh.shutdown.load(Ordering::Acquire) {
+            batch
+                .drain(..)
+                .for_each(|s| s.done.finish(Err(ErrorKind::Shutdown)));
+            return;
+        }
+        // Acquire pairs with the receiver's Release when it marks a connection broken.
+        if self.conn.is_some() && sh.broken[lane].load(Ordering::Acquire) == self.generation {
+            if let Some(old) = self.conn.take() {
+                let _ = old.shutdown(Shutdown::Both);
+            }
+        }
+        if self.conn.is_none() {
+            self.generation += 1;
+            self.conn = open_lane(sh, lane, self.generation, &self.expect);
+            if self.conn.is_none() {
+                batch
+                    .drain(..)
+                    .for_each(|s| s.done.finish(Err(ErrorKind::Socket)));
+                return;
+            }
+        }
+        let stream = self.conn.as_ref().expect("connected").clone();
+        if let Err(e) = send_batch(sh, lane, &stream, batch, &mut self.headers, &self.expect) {
+            tw_log!(
+                Level::Warn,
+                "tcp lane to {}:{}: send failed: {e}",
+                sh.addr.host,
+                sh.addr.port
+            );
+            // The receiver sees the shutdown and fails or re-sends what it was expecting.
+            let _ = stream.shutdown(Shutdown::Both);
+            self.conn = None;
+        }
+    }
+}
+
+pub(super) fn open_lane(
+    sh: &Shared,
+    lane: usize,
+    generation: u64,
+    expect: &Sender<Expect>,
+) -> Option<Arc<TcpStream>> {
+    let mut cd = sh.cooldown_until.lock().unwrap_or_else(|e| e.into_inner());
+    if cd.is_some_and(|t| Instant::now() < t) {
+        return None;
+    }
+    match connect(sh) {
+        Ok(s) => {
+            *cd = None;
+            drop(cd);
+            let s = Arc::new(s);
+            sh.streams.lock().unwrap_or_else(|e| e.into_inner())[lane] = Some(s.clone());
+            // The receiver switches to the new stream before any reply on it is expected.
+            expect.send(Expect::Conn(s.clone(), generation)).ok()?;
+            Some(s)
+        }
+        Err(e) => {
+            tw_log!(
+                Level::Warn,
+                "tcp: cannot connect to {}:{}: {e}",
+                sh.addr.host,
+                sh.addr.port
+            );
+            *cd = Some(Instant::now() + sh.cfg.cooldown);
+            None
+        }
+    }
+}
+
+/// Writes the headers (and WRITE payloads) of `batch` in one vectored send. Slices that expect a
+/// reply are handed to the receiver first; v1 WRITEs complete once their bytes are sent.
+pub(super) fn send_batch(
+    sh: &Shared,
+    lane: usize,
+    stream: &TcpStream,
+    batch: &mut Vec<Slice>,
+    headers: &mut Vec<[u8; HEADER_LEN]>,
+    expect: &Sender<Expect>,
+) -> std::io::Result<()> {
+    let v2 = sh.addr.v2;
+    // Relaxed: a stale value only means one more batch on the path that was just turned off,
+    // which fails over by itself.
+    let vm_on = sh.vm_on.load(Ordering::Relaxed);
+    // Small requests are cheaper inline on the socket than as a validation round trip plus a
+    // separate copy. GPU memory never takes the same-host kernel copy: it is staged over the
+    // socket.
+    let vm = |s: &Slice| vm_on && s.len >= VM_MIN_BYTES && s.gpu.is_none();
+    headers.clear();
+    headers.extend(batch.iter().map(|s| {
+        Header {
+            size: s.len,
+            addr: s.remote,
+            write: s.op == Opcode::Write,
+            v2,
+            vm: vm(s),
+        }
+        .encode()
+    }));
+    let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
+    // WRITE payloads in GPU memory: (position in `iov`, device, address, length).
+    let mut staged: Vec<(usize, u32, u64, usize)> = Vec::new();
+    for (s, h) in batch.iter().zip(headers.iter()) {
+        iov.push(IoSlice::new(h));
+        if s.op == Opcode::Write && !vm(s) {
+            match s.gpu {
+                Some(dev) => staged.push((iov.len(), dev, s.local, s.len as usize)),
+                // SAFETY: the local range was checked against the registry at submit time.
+                None => iov.push(IoSlice::new(unsafe { raw::bytes(s.local, s.len as usize) })),
+            }
+        }
+    }
+    let mut v1_writes = Vec::new();
+    for s in batch.drain(..) {
+        if !v2 && s.op == Opcode::Write {
+            v1_writes.push(s);
+        } else if let Err(e) = {
+            let via_vm = vm(&s);
+            sh.credit[lane].take(s.len);
+            expect.send(Expect::Reply(s, via_vm))
+        } {
+            if let Expect::Reply(s, _) = e.into_inner() {
+                s.done.finish(Err(ErrorKind::Shutdown));
+            }
+        }
+    }
+    let result = if staged.is_empty() {
+        send_all(stream.as_raw_fd(), &mut iov)
+    } else {
+        send_staged(stream.as_raw_fd(), &mut iov, &staged)
+    };
+    for s in v1_writes {
+        match &result {
+            Ok(()) => {
+                let n = s.len;
+                s.done.finish(Ok(n));
+            }
+            Err(_) => sh.fail_or_retry(s, ErrorKind::Socket, true),
+        }
+    }
+    result
+}
+
+/// Sends `iov` with the GPU payloads of `staged` spliced in at their positions.
+pub(super) fn send_staged(
+    fd: i32,
+    iov: &mut [IoSlice<'_>],
+    staged: &[(usize, u32, u64, usize)],
+) -> std::io::Result<()> {
+    let mut start = 0;
+    for &(pos, dev, addr, len) in staged {
+        send_all(fd, &mut iov[start..pos])?;
+        crate::transport::tcp::stage::send_from_device(fd, &[], dev, addr, len)?;
+        start = pos;
+    }
+    send_all(fd, &mut iov[start..])
+}
