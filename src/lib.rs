@@ -18,6 +18,12 @@ pub mod memory;
 pub mod metadata;
 pub mod transport;
 
+#[doc(hidden)]
+pub mod fuzzing;
+#[cfg(all(test, loom))]
+mod loom_models;
+pub(crate) mod sync;
+
 pub use engine::{Config, Engine, Request};
 pub use error::{Error, ErrorKind, Result};
 pub use transport::Opcode;

@@ -64,7 +64,7 @@ fn one(e: &Engine, op: Opcode, local: u64, seg: i32, remote: u64, len: u64) -> T
 /// Row 2: a WRITE header arrives, `unregister` runs on the target, then the payload follows. When
 /// `unregister` has returned, no byte may land in the range (and it must return promptly).
 #[test]
-#[ignore = "hostile row 2: unregister does not fence in-flight writes yet"]
+
 fn row02_payload_after_unregister_never_lands() {
     let _s = serial();
     let t = engine();
@@ -94,7 +94,7 @@ fn row02_payload_after_unregister_never_lands() {
 /// Row 4: a client trickles a byte every 300 ms into the handshake port. Legitimate handshakes
 /// still answer promptly and the engine shuts down within 1 s.
 #[test]
-#[ignore = "hostile row 4: the handshake server is serial and has no whole-request deadline"]
+
 fn row04_slow_loris_on_handshake_port() {
     let _s = serial();
     let t = engine();
@@ -141,7 +141,7 @@ const MAX_DATA_CONNECTIONS: usize = 256;
 /// Row 5: 3000 idle connections to the data port. Threads and fds stay bounded, a legitimate
 /// READ still works, and idle connections are closed by the server.
 #[test]
-#[ignore = "hostile row 5: the data server has no connection cap or idle timeout"]
+
 fn row05_idle_connection_flood_on_data_port() {
     let _s = serial();
     let t = engine_with(&[
@@ -211,7 +211,7 @@ fn row05_idle_connection_flood_on_data_port() {
 /// Row 6: 400 notifications of ~1 MiB. The queue holds at most its configured bytes and count;
 /// refused notifications fail on the sender's side; taking the queue makes room again.
 #[test]
-#[ignore = "hostile row 6: the notification queue has no bound"]
+
 fn row06_notification_flood_is_bounded() {
     let _s = serial();
     let max_bytes: usize = 16 << 20;
@@ -305,7 +305,7 @@ fn row07_endless_http_metadata_body_is_bounded() {
 /// re-registration that changes the flag is refused. Either way, after the first registration is
 /// removed, peers cannot READ the range.
 #[test]
-#[ignore = "hostile row 8: a re-registration with another remote_accessible is accepted"]
+
 fn row08_reregistration_cannot_change_remote_accessible() {
     let t = engine();
     let buf = Buf::pattern(64 << 10, 8);

@@ -68,7 +68,7 @@ fn live_qps() -> u64 {
 }
 
 #[test]
-#[ignore = "hostile row 13: passive RDMA endpoints have no cap"]
+
 fn row13_rdma_handshake_flood_is_capped() {
     const CAP: u64 = 8;
     let t = rdma_engine(&[("rdma_max_passive_endpoints", &CAP.to_string())]);

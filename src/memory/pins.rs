@@ -75,7 +75,10 @@ impl Pins {
             unsafe { libc::shutdown(s.fd, libc::SHUT_RDWR) };
         }
         let until = Instant::now() + FENCE_WAIT;
-        while inside.iter().any(|s| s.base.load(Ordering::Acquire) == base) {
+        while inside
+            .iter()
+            .any(|s| s.base.load(Ordering::Acquire) == base)
+        {
             if Instant::now() >= until {
                 return false;
             }

@@ -56,9 +56,8 @@ pub fn peer_socket_owned_by(stream: &TcpStream, pid: u32) -> bool {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return false;
     };
-    dir.flatten().any(|e| {
-        std::fs::read_link(e.path()).is_ok_and(|t| t.as_os_str() == want.as_str())
-    })
+    dir.flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.as_os_str() == want.as_str()))
 }
 
 #[cfg(test)]

@@ -31,7 +31,12 @@ pub fn harden(sock: &impl AsRawFd, idle: Duration, user_timeout: Duration) -> st
     let idle_s = idle.as_secs().clamp(1, 32_767) as i32;
     set(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
     set(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, idle_s)?;
-    set(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, (idle_s / 3).max(1))?;
+    set(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPINTVL,
+        (idle_s / 3).max(1),
+    )?;
     set(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3)?;
     let ms = user_timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
     set(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, ms)
@@ -46,7 +51,8 @@ mod tests {
         let mut v = 0i32;
         let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
         // SAFETY: valid out pointers of the right size.
-        let rc = unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut i32).cast(), &mut len) };
+        let rc =
+            unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut i32).cast(), &mut len) };
         assert_eq!(rc, 0);
         v
     }
