@@ -20,6 +20,7 @@ pub mod transport;
 
 #[doc(hidden)]
 pub mod fuzzing;
+pub(crate) mod guard;
 #[cfg(all(test, loom))]
 mod loom_models;
 pub(crate) mod sync;

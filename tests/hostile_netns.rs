@@ -39,6 +39,9 @@ fn initiator(ns: &Netns, host: &str) -> Engine {
 
 /// Submits `n` requests of `len` bytes each against segment `seg`.
 fn submit(e: &Engine, op: Opcode, local: &Buf, seg: i32, remote: u64, n: usize, len: u64) -> u64 {
+    // Registering again is idempotent (reference-counted).
+    e.register_memory(local.addr(), local.len(), "cpu:0", true)
+        .unwrap();
     let b = e.alloc_batch(n).unwrap();
     let reqs: Vec<Request> = (0..n as u64)
         .map(|i| Request {
@@ -147,7 +150,6 @@ fn all_failed_in_time(w: &World, b: u64, n: usize, what: &str) {
 
 /// Table row 3: a frozen peer (SIGSTOP) during a 512-task batch.
 #[test]
-#[ignore = "hostile row 3: needs the transfer deadline (transfer_timeout_ms)"]
 fn row03_frozen_peer_fails_every_task_within_deadline() {
     if let Some(why) = skip_reason() {
         eprintln!("SKIPPED (no network namespaces): {why}");
@@ -165,7 +167,6 @@ fn row03_frozen_peer_fails_every_task_within_deadline() {
 
 /// Table row 3: a black-holed address (frames vanish: no reset, no ICMP).
 #[test]
-#[ignore = "hostile row 3: needs the transfer deadline (transfer_timeout_ms)"]
 fn row03_blackholed_peer_fails_every_task_within_deadline() {
     if let Some(why) = skip_reason() {
         eprintln!("SKIPPED (no network namespaces): {why}");
@@ -190,7 +191,6 @@ fn row03_blackholed_peer_fails_every_task_within_deadline() {
 
 /// A peer killed (SIGKILL) while its link carries a batch.
 #[test]
-#[ignore = "hostile row 3: needs the transfer deadline (transfer_timeout_ms)"]
 fn killed_peer_fails_every_task_within_deadline() {
     if let Some(why) = skip_reason() {
         eprintln!("SKIPPED (no network namespaces): {why}");
@@ -214,7 +214,6 @@ fn killed_peer_fails_every_task_within_deadline() {
 
 /// The peer's link goes down in the middle of a large transfer.
 #[test]
-#[ignore = "hostile row 3: needs the transfer deadline (transfer_timeout_ms)"]
 fn link_down_mid_transfer_fails_every_task_within_deadline() {
     if let Some(why) = skip_reason() {
         eprintln!("SKIPPED (no network namespaces): {why}");

@@ -258,7 +258,6 @@ fn write_one(e: &Engine, local: &Buf, seg: i32, remote: u64) -> TaskState {
 /// Row 1: the impostor republishes the victim's identity; the initiator's WRITE must not land in
 /// the victim's unregistered memory nor in memory it registered `remote_accessible = false`.
 #[test]
-#[ignore = "hostile row 1: the same-host path trusts a published identity"]
 fn row01_forged_same_host_identity_never_writes_victim_memory() {
     let victim = Child2::spawn("victim", "child_victim_main");
     let pid = victim.num(0) as u32;
@@ -289,7 +288,6 @@ fn row01_forged_same_host_identity_never_writes_victim_memory() {
 /// Row 12: a same-host WRITE and READ of 256 KiB into a peer's GPU memory complete (staged over
 /// TCP), with the bytes intact.
 #[test]
-#[ignore = "hostile row 12: device ranges are approved for process_vm_* copies"]
 fn row12_same_host_into_gpu_memory_uses_tcp_staging() {
     let target = Child2::spawn("gpu", "child_gpu_target_main");
     let (name, dev_ptr) = (target.fields[0].clone(), target.num(1));

@@ -82,6 +82,7 @@ impl Engine {
             lanes: cfg.tcp_lanes,
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
+            transfer_timeout: cfg.transfer_timeout,
             ..ClientConfig::default()
         });
         let registry = Arc::new(Registry::new());

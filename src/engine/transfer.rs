@@ -216,6 +216,7 @@ impl Inner {
         // Consecutive slices to one route go down together (for TCP: one inline send when
         // small).
         let mut pending: Option<(Route, Vec<Slice>)> = None;
+        let deadline = std::time::Instant::now() + self.cfg.transfer_timeout;
         for (i, (r, (t, gpu))) in reqs.iter().zip(targets).enumerate() {
             let task = (start + i) as u32;
             let slice = slice_for(&t);
@@ -233,6 +234,8 @@ impl Inner {
                 len: slice.min(r.len - off),
                 gpu,
                 retries: 0,
+                deadline,
+                no_vm: false,
                 done: SliceDone::new(batch.clone(), task),
             }));
         }

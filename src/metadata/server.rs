@@ -103,7 +103,9 @@ impl RpcServer {
                     let spawned = std::thread::Builder::new()
                         .name(format!("tw-rpc-{}", id % 1000))
                         .spawn(move || {
-                            serve_one(s, &*handler, limits);
+                            crate::guard::guarded("rpc request", || {
+                                serve_one(s, &*handler, limits)
+                            });
                             active3
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())

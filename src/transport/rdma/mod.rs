@@ -133,7 +133,9 @@ impl Rdma {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("tw-rdma-cq{i}"))
-                    .spawn(move || r.completion_loop(i))
+                    .spawn(move || {
+                        crate::guard::guarded("rdma completion queue", || r.completion_loop(i))
+                    })
                     .map_err(|e| format!("starting completion thread: {e}"))?,
             );
         }
@@ -141,7 +143,7 @@ impl Rdma {
         threads.push(
             std::thread::Builder::new()
                 .name("tw-rdma-retry".into())
-                .spawn(move || r.retry_loop())
+                .spawn(move || crate::guard::guarded("rdma retry", || r.retry_loop()))
                 .map_err(|e| format!("starting retry thread: {e}"))?,
         );
         *rdma.threads.lock().unwrap_or_else(|e| e.into_inner()) = threads;

@@ -124,9 +124,11 @@ impl TcpServer {
                         .spawn(move || {
                             let peer = stream.peer_addr().ok();
                             let slot = reg.pin_slot(stream.as_raw_fd());
-                            if let Err(e) = serve(&stream, &reg, &slot) {
-                                tw_log!(Level::Debug, "tcp session {peer:?} ended: {e}");
-                            }
+                            crate::guard::guarded("tcp session", || {
+                                if let Err(e) = serve(&stream, &reg, &slot) {
+                                    tw_log!(Level::Debug, "tcp session {peer:?} ended: {e}");
+                                }
+                            });
                             slot.leave();
                             // End the connection itself so the peer sees it close now, and
                             // release the clone kept for shutdown.

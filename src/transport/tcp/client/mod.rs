@@ -3,19 +3,32 @@
 //! their headers (and WRITE payloads) with one vectored syscall, without waiting for replies
 //! (pipelining); the receiver reads replies in order, straight into READ destinations.
 //!
-//! Failure rules: a slice whose reply says "rejected" fails as `Rejected`; a slice lost to a
-//! broken connection (peer reset) is re-sent once on a fresh connection, then fails as `Socket`;
-//! a slice lost because a rejection ahead of it made the server close the stream (Mooncake
-//! closes after any rejection, tidewire after a rejected WRITE) is re-sent without using that
-//! retry (each rejection is final, so this is bounded); a peer that refuses connections fails
-//! queued slices at once and is not retried for `cooldown`. A lane reconnects only when the
-//! connection its receiver found broken is still the current one (generation numbers).
+//! Failure rules: a slice whose reply says "rejected" fails as `Rejected`; when a connection
+//! breaks (peer reset or close), the oldest unanswered slice on it is re-sent once on a fresh
+//! connection, then fails as `Socket`, and the slices behind it (which the server, processing in
+//! order, never got to) are re-sent without using that retry: each broken connection charges one
+//! slice, so this is bounded, and a Mooncake server that closes after every rejection costs only
+//! the bad requests. A peer that refuses connections fails queued slices at once and is not
+//! retried for `cooldown`. A lane reconnects only when the connection its receiver found broken
+//! is still the current one (generation numbers).
+//!
+//! Deadlines: every slice carries its task's deadline (`transfer_timeout_ms`). Replies are
+//! awaited at most until the deadline of the slice they answer; a slice past its deadline is
+//! never sent or re-sent and fails as `Timeout`; connections carry keepalive and
+//! `TCP_USER_TIMEOUT`, so a frozen, black-holed or half-open peer ends every task in time.
+//!
+//! Same-host path: a connection uses `process_vm_*` only after the kernel confirmed that the
+//! peer's pid holds the server end of that very connection (`peer_identity`); a range the peer
+//! reports as GPU memory is re-sent over the socket.
 
 mod reply;
 mod send;
 
 use super::net::{RecvBuf, send_all};
-use super::wire::{HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_LEN, STATUS_OK, parse_status};
+use super::wire::{
+    HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_LEN, STATUS_NOT_SAME_HOST, STATUS_OK,
+    parse_status,
+};
 use crate::error::ErrorKind;
 use crate::log::Level;
 use crate::memory::raw;
@@ -41,6 +54,8 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Deadline for any single socket read or write while a reply is due.
     pub io_timeout: Duration,
+    /// Every slice ends within this time of its submission (its `deadline`).
+    pub transfer_timeout: Duration,
     /// After a failed connect, fail new work at once for this long.
     pub cooldown: Duration,
     /// Most slices gathered into one send.
@@ -55,6 +70,7 @@ impl Default for ClientConfig {
             lanes: 2,
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
+            transfer_timeout: Duration::from_secs(30),
             cooldown: Duration::from_millis(1000),
             gather: 256,
             max_inflight: 4096,
@@ -116,6 +132,10 @@ impl Shared {
 impl Shared {
     /// Fails `s`, or re-queues it once when it was lost to a broken connection.
     fn fail_or_retry(&self, mut s: Slice, kind: ErrorKind, retryable: bool) {
+        if Instant::now() >= s.deadline {
+            s.done.finish(Err(ErrorKind::Timeout));
+            return;
+        }
         // Acquire pairs with the Release in `Peer::drop`.
         if retryable
             && kind == ErrorKind::Socket
@@ -136,6 +156,10 @@ impl Shared {
     /// Re-queues `s` without using its retry: it was never executed because a rejected WRITE
     /// ahead of it ended the connection.
     fn resend(&self, s: Slice) {
+        if Instant::now() >= s.deadline {
+            s.done.finish(Err(ErrorKind::Timeout));
+            return;
+        }
         // Acquire pairs with the Release in `Peer::drop`.
         if self.shutdown.load(Ordering::Acquire) {
             s.done.finish(Err(ErrorKind::Shutdown));
@@ -240,6 +264,7 @@ impl Peer {
                 generation: 0,
                 headers: Vec::with_capacity(cfg.gather),
                 expect: etx,
+                last_send: Instant::now(),
             }));
         }
         let shared = Arc::new(Shared {
@@ -265,13 +290,19 @@ impl Peer {
             peer.senders.push(
                 std::thread::Builder::new()
                     .name(format!("tw-tcp-lane-{}-tx{lane}", shared.addr.port))
-                    .spawn(move || sender_loop(&sh, lane, &q))?,
+                    .spawn(move || {
+                        crate::guard::guarded("tcp lane sender", || sender_loop(&sh, lane, &q))
+                    })?,
             );
             let sh = shared.clone();
             peer.receivers.push(
                 std::thread::Builder::new()
                     .name(format!("tw-tcp-lane-{}-rx{lane}", shared.addr.port))
-                    .spawn(move || receiver_loop(&sh, lane, &erx))?,
+                    .spawn(move || {
+                        crate::guard::guarded("tcp lane receiver", || {
+                            receiver_loop(&sh, lane, &erx)
+                        })
+                    })?,
             );
         }
         Ok(peer)
