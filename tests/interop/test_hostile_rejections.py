@@ -20,7 +20,6 @@ def target(mooncake_p2p):
     return Side(mooncake_p2p, N * LEN)
 
 
-@pytest.mark.skip(reason="hostile row 10: re-sends behind several Mooncake rejections fail")
 @pytest.mark.parametrize("op", ["write", "read"])
 def test_row10_every_64th_out_of_range_exactly_those_fail(target, op):
     data = random_bytes(N * LEN, 10)

@@ -4,13 +4,13 @@
 //! (pipelining); the receiver reads replies in order, straight into READ destinations.
 //!
 //! Failure rules: a slice whose reply says "rejected" fails as `Rejected`; when a connection
-//! breaks (peer reset or close), the oldest unanswered slice on it is re-sent once on a fresh
-//! connection, then fails as `Socket`, and the slices behind it (which the server, processing in
-//! order, never got to) are re-sent without using that retry: each broken connection charges one
-//! slice, so this is bounded, and a Mooncake server that closes after every rejection costs only
-//! the bad requests. A peer that refuses connections fails queued slices at once and is not
-//! retried for `cooldown`. A lane reconnects only when the connection its receiver found broken
-//! is still the current one (generation numbers).
+//! breaks (peer reset or close), the oldest unanswered slice on it is re-sent (at most
+//! `MAX_RETRIES` times) on a fresh connection, then fails as `Socket`, and the slices behind it
+//! (which the server, processing in order, never got to) are re-sent without using a retry:
+//! each broken connection charges one slice, so this is bounded, and a Mooncake server that
+//! closes after every rejection costs only the bad requests. A peer that refuses connections
+//! fails queued slices at once and is not retried for `cooldown`. A lane reconnects only when
+//! the connection its receiver found broken is still the current one (generation numbers).
 //!
 //! Deadlines: every slice carries its task's deadline (`transfer_timeout_ms`). Replies are
 //! awaited at most until the deadline of the slice they answer; a slice past its deadline is
@@ -139,7 +139,7 @@ impl Shared {
         // Acquire pairs with the Release in `Peer::drop`.
         if retryable
             && kind == ErrorKind::Socket
-            && s.retries < 1
+            && s.retries < MAX_RETRIES
             && !self.shutdown.load(Ordering::Acquire)
         {
             s.retries += 1;
@@ -172,6 +172,12 @@ impl Shared {
         }
     }
 }
+
+/// Times a slice is re-sent after a broken connection before it fails. Two, not one: a server
+/// that closes with unread input (Mooncake after a rejection) resets the connection, and the
+/// reset can drop replies it had not sent yet, so a good slice can be the oldest unanswered one
+/// through no fault of its own.
+const MAX_RETRIES: u8 = 2;
 
 /// Lanes to one peer.
 pub struct Peer {
