@@ -92,6 +92,12 @@ CONFIG_KEYS = (
     "same_host",
     "connect_timeout_ms",
     "io_timeout_ms",
+    "transfer_timeout_ms",
+    "max_data_connections",
+    "data_idle_timeout_ms",
+    "rpc_max_concurrent",
+    "notify_max_count",
+    "notify_max_bytes",
     "handshake_max_len",
     "rdma",
     "rdma_devices",
@@ -99,6 +105,7 @@ CONFIG_KEYS = (
     "rdma_qp_per_ep",
     "rdma_max_wr",
     "rdma_retries",
+    "rdma_max_passive_endpoints",
 )
 
 
