@@ -64,6 +64,9 @@ impl Default for Options {
     }
 }
 
+/// A passive endpoint and the sequence number of the handshake that made it (eviction order).
+type PassiveEndpoint = (u64, Arc<Endpoint>);
+
 struct MrSet {
     len: u64,
     mrs: Vec<*mut ibv_mr>,
@@ -78,7 +81,7 @@ pub struct Rdma {
     mrs: RwLock<BTreeMap<u64, MrSet>>,
     pub(crate) active: Mutex<HashMap<(usize, String), Arc<Endpoint>>>,
     /// Passive endpoints by (local device, sender), with the sequence number of their handshake.
-    passive: Mutex<HashMap<(usize, String), (u64, Arc<Endpoint>)>>,
+    passive: Mutex<HashMap<(usize, String), PassiveEndpoint>>,
     passive_seq: std::sync::atomic::AtomicU64,
     pub(crate) retired: Mutex<Vec<Arc<Endpoint>>>,
     pub(crate) stop: AtomicBool,
