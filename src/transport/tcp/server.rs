@@ -14,12 +14,12 @@ use super::wire::{
 use crate::log::Level;
 use crate::memory::pins::PinSlot;
 use crate::memory::{Registry, raw};
-use crate::transport::slots::Slots;
+use crate::transport::slots::{Permit, Slots};
 use std::collections::HashMap;
 use std::io::{self, IoSlice};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -29,11 +29,12 @@ const RECV_BUF: usize = 256 << 10;
 const INLINE_REPLY: u64 = 32 << 10;
 const FLUSH_AT: usize = 512 << 10;
 
-/// Open sessions by id: the socket (to end it at shutdown) and the thread. A session removes its
-/// socket here, under the lock, before closing it, so every fd listed is open.
+/// Open sessions by id: the socket (to end it at shutdown or eviction), when it last started a
+/// request (ms since the server started) and the thread. A session removes its socket here,
+/// under the lock, before closing it, so every fd listed is open.
 #[derive(Default)]
 struct SessionList {
-    streams: HashMap<u64, i32>,
+    streams: HashMap<u64, (i32, Arc<AtomicU64>)>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -77,6 +78,7 @@ impl TcpServer {
             .spawn(move || {
                 let counter = AtomicUsize::new(0);
                 let mut last_warn: Option<Instant> = None;
+                let epoch = Instant::now();
                 for conn in listener.incoming() {
                     // Acquire pairs with the Release in `drop`.
                     if stop2.load(Ordering::Acquire) {
@@ -89,7 +91,10 @@ impl TcpServer {
                             continue;
                         }
                     };
-                    let Some(permit) = slots.try_take() else {
+                    let Some(permit) = slots
+                        .try_take()
+                        .or_else(|| make_room(&sessions2, &slots, epoch))
+                    else {
                         if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                             last_warn = Some(Instant::now());
                             tw_log!(
@@ -110,7 +115,8 @@ impl TcpServer {
                         limits.idle_timeout.min(Duration::from_secs(60)),
                         limits.io_timeout,
                     );
-                    let keep = stream.as_raw_fd();
+                    let active = Arc::new(AtomicU64::new(since(epoch)));
+                    let keep = (stream.as_raw_fd(), active.clone());
                     let reg = registry.clone();
                     let n = counter.fetch_add(1, Ordering::Relaxed);
                     let id = n as u64;
@@ -125,7 +131,13 @@ impl TcpServer {
                             let peer = stream.peer_addr().ok();
                             let slot = reg.pin_slot(stream.as_raw_fd());
                             crate::guard::guarded("tcp session", || {
-                                if let Err(e) = serve(&stream, &reg, &slot) {
+                                let session = Session {
+                                    slot: &slot,
+                                    limits,
+                                    active: &active,
+                                    epoch,
+                                };
+                                if let Err(e) = serve(&stream, &reg, session) {
                                     tw_log!(Level::Debug, "tcp session {peer:?} ended: {e}");
                                 }
                             });
@@ -177,7 +189,7 @@ impl Drop for TcpServer {
         }
         let threads = {
             let mut list = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            for &fd in list.streams.values() {
+            for &(fd, _) in list.streams.values() {
                 // SAFETY: sessions remove their fd from the list (under this lock, held here)
                 // before closing it, so `fd` is an open socket; shutdown(2) wakes its I/O.
                 unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
@@ -190,7 +202,70 @@ impl Drop for TcpServer {
     }
 }
 
-fn serve(stream: &TcpStream, registry: &Registry, slot: &PinSlot) -> io::Result<()> {
+/// Milliseconds since `epoch`.
+fn since(epoch: Instant) -> u64 {
+    epoch.elapsed().as_millis() as u64
+}
+
+/// At the connection cap: ends the session that has been quiet the longest (it is most likely
+/// idle; a live peer reconnects transparently) and waits briefly for its slot, so that a flood of
+/// idle connections cannot lock out a new peer. `None` when no slot came free.
+fn make_room(sessions: &Sessions, slots: &Arc<Slots>, epoch: Instant) -> Option<Permit> {
+    {
+        let list = sessions.lock().unwrap_or_else(|e| e.into_inner());
+        // Relaxed: an approximate age is enough to pick a victim.
+        let quietest = list
+            .streams
+            .values()
+            .min_by_key(|(_, a)| a.load(Ordering::Relaxed))?;
+        if since(epoch).saturating_sub(quietest.1.load(Ordering::Relaxed)) < 100 {
+            return None; // every session is busy
+        }
+        // SAFETY: listed fds are open while the lock is held (sessions remove theirs under it
+        // before closing); shutdown(2) only ends that connection.
+        unsafe { libc::shutdown(quietest.0, libc::SHUT_RDWR) };
+    }
+    let until = Instant::now() + Duration::from_millis(200);
+    loop {
+        if let Some(p) = slots.try_take() {
+            return Some(p);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// What a session needs besides its socket and the registry.
+struct Session<'a> {
+    slot: &'a PinSlot,
+    limits: DataLimits,
+    /// When the session last started a request (ms since `epoch`).
+    active: &'a AtomicU64,
+    epoch: Instant,
+}
+
+/// True for the error a read timeout gives.
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::Result<()> {
+    let Session {
+        slot,
+        limits,
+        active,
+        epoch,
+    } = session;
+    // The socket's read timeout is min(io_timeout, idle_timeout): a stall in the middle of a
+    // request ends the connection at once; between requests, silent periods add up until
+    // `idle_timeout` (no per-request system call to switch timeouts).
+    let step = limits.io_timeout.min(limits.idle_timeout);
+    let mut idle = Duration::ZERO;
     let fd = stream.as_raw_fd();
     let mut reader = stream;
     let mut rb = RecvBuf::new(RECV_BUF);
@@ -211,11 +286,25 @@ fn serve(stream: &TcpStream, registry: &Registry, slot: &PinSlot) -> io::Result<
         }
         // After a large WRITE the next request is likely one too: read just its header so
         // that its payload goes straight into registered memory (one copy, not two).
-        let filled = if last_large_write {
-            rb.fill_exact(&mut reader, HEADER_LEN)?
+        let got = if last_large_write {
+            rb.fill_exact(&mut reader, HEADER_LEN)
         } else {
-            rb.fill(&mut reader, HEADER_LEN)?
+            rb.fill(&mut reader, HEADER_LEN)
         };
+        let filled = match got {
+            Err(e) if timed_out(&e) && rb.available() == 0 => {
+                idle += step;
+                if idle >= limits.idle_timeout {
+                    tw_log!(Level::Debug, "tcp: closing a connection idle for {idle:?}");
+                    return Ok(());
+                }
+                continue;
+            }
+            r => r?,
+        };
+        idle = Duration::ZERO;
+        // Relaxed: read only to pick an eviction victim.
+        active.store(since(epoch), Ordering::Relaxed);
         if !filled {
             return Ok(());
         }
