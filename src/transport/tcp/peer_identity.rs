@@ -11,6 +11,7 @@
 //! answers `false`: plain TCP.
 
 use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
 /// Formats an address as the kernel prints it in `/proc/net/tcp{,6}` (`ADDR:PORT` in hex).
 fn proc_form(a: &SocketAddr) -> String {
@@ -44,8 +45,26 @@ fn socket_inode(local: &SocketAddr, remote: &SocketAddr) -> Option<u64> {
     })
 }
 
-/// Whether process `pid` holds the server end of `stream` (our client connection).
+/// How long [`peer_socket_owned_by`] waits for the server to accept the connection (until then
+/// the server end is in the listen queue and belongs to no process).
+const ACCEPT_WAIT: Duration = Duration::from_millis(1000);
+
+/// Whether process `pid` holds the server end of `stream` (our client connection). Waits (at most
+/// [`ACCEPT_WAIT`]) for the peer to accept the connection.
 pub fn peer_socket_owned_by(stream: &TcpStream, pid: u32) -> bool {
+    let until = Instant::now() + ACCEPT_WAIT;
+    loop {
+        if owned_now(stream, pid) {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn owned_now(stream: &TcpStream, pid: u32) -> bool {
     let (Ok(ours), Ok(theirs)) = (stream.local_addr(), stream.peer_addr()) else {
         return false;
     };
@@ -72,10 +91,24 @@ mod tests {
         let (_server_end, _) = l.accept().unwrap();
         assert!(peer_socket_owned_by(&c, std::process::id()));
         // pid 1 (init) does not hold our server end.
-        assert!(!peer_socket_owned_by(&c, 1));
+        assert!(!owned_now(&c, 1));
         // Once the server end is closed, nobody holds it.
         drop(_server_end);
-        assert!(!peer_socket_owned_by(&c, std::process::id()));
+        assert!(!owned_now(&c, std::process::id()));
+    }
+
+    #[test]
+    fn waits_for_the_accept() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        // Not accepted yet: the server end belongs to nobody.
+        assert!(!owned_now(&c, std::process::id()));
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            l.accept().unwrap()
+        });
+        assert!(peer_socket_owned_by(&c, std::process::id()));
+        drop(t.join().unwrap());
     }
 
     #[test]
