@@ -118,7 +118,7 @@ int main(void) {
     LOAD(freeb, free_fn, "freeBatchID");
     LOAD(open_seg, open_fn, "openSegment");
 
-    CHECK(create("etcd://127.0.0.1:2379", "127.0.0.1", "127.0.0.1", 0, 1) == NULL);
+    CHECK(create("redis://127.0.0.1:6379", "127.0.0.1", "127.0.0.1", 0, 1) == NULL);
     transfer_engine_t e = create("P2PHANDSHAKE", "127.0.0.1", "127.0.0.1", 0, 1);
     CHECK(e != NULL);
     if (e) {

@@ -221,7 +221,7 @@ static void test_config_and_engine(void) {
     CHECK_RC(tw_config_set(cfg, "slice_size", "1"), TW_ERR_INVALID_ARGUMENT);
     CHECK_RC(tw_config_set(cfg, "connect_timeout_ms", "0"), TW_ERR_INVALID_ARGUMENT);
     CHECK_RC(tw_config_set(cfg, "handshake_max_len", "10"), TW_ERR_INVALID_ARGUMENT);
-    CHECK_RC(tw_config_set(cfg, "metadata", "etcd://127.0.0.1:2379"), TW_ERR_UNSUPPORTED);
+    CHECK_RC(tw_config_set(cfg, "metadata", "redis://127.0.0.1:6379"), TW_ERR_UNSUPPORTED);
     CHECK_RC(tw_config_set(cfg, "\xff\xfe", "1"), TW_ERR_INVALID_ARGUMENT);
     CHECK_RC(tw_config_set(NULL, "tcp_lanes", "2"), TW_ERR_NULL_ARGUMENT);
     CHECK_RC(tw_config_set(cfg, NULL, "2"), TW_ERR_NULL_ARGUMENT);

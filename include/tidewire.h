@@ -57,6 +57,71 @@
 #define TW_LOCAL_SEGMENT 0
 
 /*
+ Success.
+ */
+#define TW_STORE_OK 0
+
+/*
+ Internal error.
+ */
+#define TW_STORE_INTERNAL_ERROR -1
+
+/*
+ Buffer overflow.
+ */
+#define TW_STORE_BUFFER_OVERFLOW -10
+
+/*
+ Segment not found.
+ */
+#define TW_STORE_SEGMENT_NOT_FOUND -101
+
+/*
+ No space left in any segment.
+ */
+#define TW_STORE_NO_AVAILABLE_HANDLE -200
+
+/*
+ Invalid parameters (bad key, pointer or size; destination too small).
+ */
+#define TW_STORE_INVALID_PARAMS -600
+
+/*
+ The object is being written.
+ */
+#define TW_STORE_REPLICA_IS_NOT_READY -703
+
+/*
+ No such object.
+ */
+#define TW_STORE_OBJECT_NOT_FOUND -704
+
+/*
+ Remove refused: a read lease is active.
+ */
+#define TW_STORE_OBJECT_HAS_LEASE -706
+
+/*
+ The lease ran out before the read finished.
+ */
+#define TW_STORE_LEASE_EXPIRED -707
+
+/*
+ A data transfer failed.
+ */
+#define TW_STORE_TRANSFER_FAIL -800
+
+/*
+ The master is unreachable.
+ */
+#define TW_STORE_RPC_FAIL -900
+
+/*
+ The master did not answer in time.
+ */
+#define TW_STORE_RPC_TIMEOUT -901
+
+/*
  Engine configuration under construction (opaque). Functions: `tw_config_new`,
  `tw_config_set`, `tw_config_free`; `tw_engine_new` reads it (the caller still frees it).
  */
@@ -68,6 +133,11 @@ typedef struct tw_config tw_config;
  `tw_scatter_*`, `tw_notify_*`.
  */
 typedef struct tw_engine tw_engine;
+
+/*
+ A store client handle (from `tw_store_setup`).
+ */
+typedef struct tw_store tw_store;
 
 /*
  Result of every fallible `tw_*` call: 0 = success, negative = error. Numbers are stable.
@@ -199,6 +269,47 @@ typedef struct tw_scatter_range {
  `tw_scatter_free`, with the fragment's index (ranges flattened in order) and its result.
  */
 typedef void (*tw_fragment_callback)(void *user_data, size_t fragment, tw_result result);
+
+/*
+ Mooncake's `ReplicateConfig`.
+ */
+typedef struct tw_store_replicate_config {
+  /*
+   Replicas on distinct segments, best effort (0 means 1).
+   */
+  uint32_t replica_num;
+  /*
+   Never evicted (fixed when the object is created).
+   */
+  bool with_hard_pin;
+  /*
+   Evicted only after unpinned objects while the soft-pin TTL runs.
+   */
+  bool with_soft_pin;
+  /*
+   Comma-separated segment names to place replicas on first, or NULL.
+   */
+  const char *preferred_segments;
+} tw_store_replicate_config;
+
+/*
+ A value fetched by `tw_store_get_copy`: `data[0..len]`, valid until
+ `tw_store_value_release` (which must be called once per successful value).
+ */
+typedef struct tw_store_value {
+  /*
+   The bytes (NULL when the key failed).
+   */
+  const uint8_t *data;
+  /*
+   Length.
+   */
+  uint64_t len;
+  /*
+   Owner token for `tw_store_value_release`.
+   */
+  void *owner;
+} tw_store_value;
 
 /*
  Success.
@@ -604,6 +715,185 @@ const char *tw_result_str(tw_result code);
  on this thread and is empty before any failure. Thread-safe (per-thread state).
  */
 size_t tw_last_error_message(char *buf, size_t len);
+
+/*
+ Creates a store client (Mooncake's `setup`): starts an engine on `local_hostname` with
+ `metadata_server` (`P2PHANDSHAKE` or `http://host:port/metadata`), maps and mounts a
+ `global_segment_size` segment (0 = none), a `local_buffer_size` staging buffer, and connects
+ to `master_server_address` (`host:port`). `protocol` is `tcp` or `rdma`; `device_name` may be
+ NULL. On success writes the handle to `*out` (free it with `tw_store_free`).
+
+ # Safety
+ Strings are NULL or valid C strings; `out` is writable.
+ */
+int32_t tw_store_setup(const char *local_hostname,
+                       const char *metadata_server,
+                       uint64_t global_segment_size,
+                       uint64_t local_buffer_size,
+                       const char *protocol,
+                       const char *device_name,
+                       const char *master_server_address,
+                       struct tw_store **out);
+
+/*
+ Closes a client: unmounts its segment (its objects go with it), stops its engine and frees
+ the handle. NULL is ignored. No call may be running on the handle.
+
+ # Safety
+ `s` is NULL or a live handle, freed once.
+ */
+void tw_store_free(struct tw_store *s);
+
+/*
+ Copies this client's endpoint (`host:port`, its segment name) into `buf[..len]`,
+ NUL-terminated. `TW_STORE_BUFFER_OVERFLOW` when it does not fit.
+
+ # Safety
+ `s` is a live handle; `buf` is writable for `len` bytes.
+ */
+int32_t tw_store_hostname(const struct tw_store *s, char *buf, size_t len);
+
+/*
+ 0 healthy, 2 master unreachable.
+
+ # Safety
+ `s` is NULL or a live handle (NULL gives 1, "not initialised").
+ */
+int32_t tw_store_health_check(const struct tw_store *s);
+
+/*
+ Registers `[addr, addr+len)` with the client's engine (local-only) for zero-copy calls.
+
+ # Safety
+ `s` is a live handle; the range stays valid until `tw_store_unregister_buffer`.
+ */
+int32_t tw_store_register_buffer(const struct tw_store *s, void *addr, uint64_t len);
+
+/*
+ Drops the registration starting at `addr`.
+
+ # Safety
+ `s` is a live handle.
+ */
+int32_t tw_store_unregister_buffer(const struct tw_store *s, void *addr);
+
+/*
+ Zero-copy put (`upsert == 0`: create-only; otherwise create-or-replace) of `n` keys from
+ `ptrs[i][0..sizes[i]]`; one code per key in `results` (0 or negative). `copy != 0` stages
+ each value in the local buffer first (Mooncake's copying `put`/`upsert`). `cfg` may be NULL.
+
+ # Safety
+ `s` is a live handle; `keys`, `ptrs`, `sizes` hold `n` elements, each `ptrs[i]` readable for
+ `sizes[i]` bytes and unchanged during the call; `results` is writable for `n` elements.
+ */
+int32_t tw_store_put(const struct tw_store *s,
+                     const char *const *keys_in,
+                     const void *const *ptrs,
+                     const uint64_t *sizes,
+                     size_t n,
+                     int32_t upsert,
+                     int32_t copy,
+                     const struct tw_store_replicate_config *cfg,
+                     int32_t *results);
+
+/*
+ Zero-copy get of `n` keys into `ptrs[i][0..caps[i]]`; per key in `results`: bytes read or a
+ negative code (-704 missing, -600 buffer too small).
+
+ # Safety
+ `s` is a live handle; arrays hold `n` elements; each `ptrs[i]` is writable for `caps[i]`
+ bytes and unshared during the call; `results` is writable for `n` elements.
+ */
+int32_t tw_store_get_into(const struct tw_store *s,
+                          const char *const *keys_in,
+                          void *const *ptrs,
+                          const uint64_t *caps,
+                          size_t n,
+                          int64_t *results);
+
+/*
+ Copying get of `n` keys: per key `values[i]` (release each successful one with
+ `tw_store_value_release`) and in `results` its length or a negative code.
+
+ # Safety
+ `s` is a live handle; `keys_in` holds `n` keys; `values` and `results` are writable for `n`.
+ */
+int32_t tw_store_get_copy(const struct tw_store *s,
+                          const char *const *keys_in,
+                          size_t n,
+                          struct tw_store_value *values,
+                          int64_t *results);
+
+/*
+ Releases a value from `tw_store_get_copy` (NULL and already-released values are ignored).
+
+ # Safety
+ `v` is NULL or a value written by `tw_store_get_copy`, not copied elsewhere and released.
+ */
+void tw_store_value_release(struct tw_store_value *v);
+
+/*
+ Ranged reads: fragment `i` copies `[src_offsets[i], +lens[i])` of object `keys[i]` to
+ `dsts[i]`; per fragment in `results`: bytes read or a negative code.
+
+ # Safety
+ `s` is a live handle; arrays hold `n` elements; each `dsts[i]` is writable for `lens[i]`
+ bytes and unshared during the call.
+ */
+int32_t tw_store_get_ranges(const struct tw_store *s,
+                            const char *const *keys_in,
+                            void *const *dsts,
+                            const uint64_t *src_offsets,
+                            const uint64_t *lens,
+                            size_t n,
+                            int64_t *results);
+
+/*
+ Size of an object, or a negative code (-704 missing).
+
+ # Safety
+ `s` is a live handle; `key` is a C string.
+ */
+int64_t tw_store_get_size(const struct tw_store *s, const char *key);
+
+/*
+ Existence of `n` keys: per key 1, 0, or a negative code.
+
+ # Safety
+ `s` is a live handle; `keys_in` holds `n` keys; `results` is writable for `n`.
+ */
+int32_t tw_store_exist(const struct tw_store *s,
+                       const char *const *keys_in,
+                       size_t n,
+                       int32_t *results);
+
+/*
+ Removes `n` keys: per key 0, -704 missing, -706 leased (unless `force`).
+
+ # Safety
+ `s` is a live handle; `keys_in` holds `n` keys; `results` is writable for `n`.
+ */
+int32_t tw_store_remove(const struct tw_store *s,
+                        const char *const *keys_in,
+                        size_t n,
+                        bool force,
+                        int32_t *results);
+
+/*
+ Removes every key matching `pattern` (regex); the count, or a negative code.
+
+ # Safety
+ `s` is a live handle; `pattern` is a C string.
+ */
+int64_t tw_store_remove_by_regex(const struct tw_store *s, const char *pattern, bool force);
+
+/*
+ Removes every key; the count, or a negative code.
+
+ # Safety
+ `s` is a live handle.
+ */
+int64_t tw_store_remove_all(const struct tw_store *s, bool force);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -24,10 +24,11 @@
  *    double-freed id returns an error instead of undefined behaviour.
  *  - freeBatchID refuses (4) only while work is really in flight; it does not
  *    require every task to have been polled first.
- *  - An unsupported metadata scheme (etcd://, redis://, https://, a bare string)
- *    makes createTransferEngine return NULL with a logged reason instead of aborting
- *    the process. Supported: "P2PHANDSHAKE" and "http://" URLs (no TLS in this
- *    build, so no https://).
+ *  - An unsupported metadata scheme (redis://, https://) or an unreachable etcd makes
+ *    createTransferEngine return NULL with a logged reason instead of aborting the
+ *    process. Supported: "P2PHANDSHAKE", "http://" URLs (no TLS in this build, so no
+ *    https://) and etcd ("etcd://h:p", a bare "h:p", lists separated by ';' or ',');
+ *    etcd keys hang on a lease.
  *  - Transports: TCP, and RDMA when a verbs device is usable (libibverbs is loaded
  *    at run time); see installTransport for the exact list.
  *  - getNicLoadStats and showLinks report no RDMA NICs or links, even with RDMA
@@ -148,8 +149,9 @@ typedef struct nic_load_stat nic_load_stat_t;
 
 /*
  * Creates an engine and returns its handle, or NULL on failure (reason logged).
- * metadata_conn_string: "P2PHANDSHAKE" or an http:// metadata URL; anything else
- * (https://, etcd://, redis://, bare strings) returns NULL. local_server_name: "host[:port]";
+ * metadata_conn_string: "P2PHANDSHAKE", an http:// metadata URL, or etcd endpoints
+ * ("etcd://h:p[;h:p...]" or a bare "h:p"); anything else (redis://, https://) returns
+ * NULL, as does an unreachable etcd. local_server_name: "host[:port]";
  * in P2P mode the host is advertised and the segment name becomes "host:rpc_port"
  * (see getLocalIpAndPort). ip_or_host_name and rpc_port are accepted and unused,
  * as in Mooncake; MC_TCP_BIND_ADDRESS selects the listen address.

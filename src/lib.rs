@@ -16,6 +16,7 @@ mod ffi;
 pub mod gpu;
 pub mod memory;
 pub mod metadata;
+pub mod store;
 pub mod transport;
 
 #[doc(hidden)]

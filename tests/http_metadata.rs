@@ -154,3 +154,64 @@ fn advertised_address_without_bind_address_is_not_loopback() {
         assert!(!ip.is_loopback());
     }
 }
+
+/// A server that answers every request with 200 and a body that never ends: `slow` sends a
+/// byte every 100 ms, otherwise 64 KiB chunks as fast as they go. Each connection is served
+/// for at most 20 s or 64 MiB.
+fn endless_server(slow: bool) -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = l.accept() else { return };
+        let mut head = [0u8; 4096];
+        let _ = s.read(&mut head);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let t0 = std::time::Instant::now();
+        let chunk = vec![b'x'; 64 << 10];
+        let mut sent = 0usize;
+        while t0.elapsed() < Duration::from_secs(20) && sent < 64 << 20 {
+            let ok = if slow {
+                std::thread::sleep(Duration::from_millis(100));
+                s.write_all(b"1\r\nx\r\n").is_ok()
+            } else {
+                s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                    .is_ok()
+                    && s.write_all(&chunk).is_ok()
+                    && s.write_all(b"\r\n").is_ok()
+            };
+            if !ok {
+                return;
+            }
+            sent += chunk.len();
+        }
+    });
+    port
+}
+
+#[test]
+fn endless_response_bodies_fail_fast() {
+    use tidewire::metadata::http::HttpStore;
+    let fast = endless_server(false);
+    let store = HttpStore::new(
+        &format!("http://127.0.0.1:{fast}/metadata"),
+        Duration::from_secs(3),
+    )
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    let e = store.get("mooncake/ram/x").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Metadata);
+    assert!(e.message().contains("larger than"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+
+    let slow = endless_server(true);
+    let store = HttpStore::new(
+        &format!("http://127.0.0.1:{slow}/metadata"),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    let e = store.get("mooncake/ram/x").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Metadata);
+    assert!(e.message().contains("deadline"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+}

@@ -51,7 +51,7 @@ def test_bad_config_raises():
     with pytest.raises(tw.InvalidArgument):
         tw.Engine(tcp_lanes=0)
     with pytest.raises(tw.Unsupported):
-        tw.Engine(metadata="etcd://127.0.0.1:2379")
+        tw.Engine(metadata="redis://127.0.0.1:6379")
     assert set(tw.CONFIG_KEYS) >= {"metadata", "tcp_lanes", "local_server_name"}
 
 

@@ -195,6 +195,9 @@ SIGNATURES = {
     "tw_last_error_message": ([c_void_p, c_size_t], c_size_t),
 }
 del _p
+from ._store_ffi import STORE_SIGNATURES as _STORE_SIGNATURES  # noqa: E402
+
+SIGNATURES.update(_STORE_SIGNATURES)
 
 
 class LibraryNotFound(ImportError):

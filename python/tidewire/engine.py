@@ -23,8 +23,9 @@ Sync transfers wait at most ``MC_TRANSFER_TIMEOUT`` seconds (at least 5, default
 millisecond per MB. Every call into the library releases the GIL. The CUDA stream methods of
 Mooncake's CUDA builds (``transfer_write_on_cuda`` and friends) are provided in every build and
 work when a CUDA driver is present (``SUPPORT_CUDA``); ``transport_hint`` is accepted and
-ignored, as in Mooncake's classic engine. Metadata: ``P2PHANDSHAKE`` or ``http://...``;
-``https://`` and other schemes (etcd, redis) make ``initialize`` return ``-1``. The
+ignored, as in Mooncake's classic engine. Metadata: ``P2PHANDSHAKE``, ``http://...`` or
+etcd (``etcd://h:p[;h:p...]`` or a bare ``h:p``); ``https://`` and other schemes (redis) make
+``initialize`` return ``-1``. The
 ``protocol`` argument does not pick the transport (``"xgmi"`` is refused): every engine uses
 RDMA toward peers that publish it when a verbs device is usable, and TCP otherwise, as Mooncake
 does with ``"rdma"`` on a host without RDMA devices; ``MC_FORCE_TCP=1`` (or ``TW_RDMA=off``)
@@ -156,7 +157,7 @@ def _transfer_timeout_s():
 def _conn_string(metadata_server):
     if metadata_server == P2PHANDSHAKE or "://" in metadata_server:
         return metadata_server
-    return "etcd://" + metadata_server  # Mooncake's default scheme; unsupported here
+    return "etcd://" + metadata_server  # Mooncake's default scheme
 
 
 def _topology_json():
@@ -195,7 +196,8 @@ class TransferEngine:
     # lifecycle
     # ----------------------------------------------------------------------------------------
     def initialize(self, local_hostname, metadata_server, protocol, device_name):
-        """Starts the engine. ``metadata_server``: ``"P2PHANDSHAKE"`` or ``http://...``.
+        """Starts the engine. ``metadata_server``: ``"P2PHANDSHAKE"``, ``http://...``, or etcd
+        (``etcd://h:p[;h:p...]`` or a bare ``h:p``).
 
         In P2P mode the segment name is ``<host>:<rpc_port>`` (the port in ``local_hostname``
         is ignored). Returns 0 or -1.

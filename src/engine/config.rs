@@ -11,7 +11,8 @@ pub const P2PHANDSHAKE: &str = "P2PHANDSHAKE";
 /// override with [`Config::set`].
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `"P2PHANDSHAKE"` or an `http://`/`https://` metadata URL.
+    /// `"P2PHANDSHAKE"`, an `http://` metadata URL, or etcd endpoints (`etcd://h:p[;h:p...]`
+    /// or a bare `h:p[,h:p...]`).
     pub metadata: String,
     /// `host[:port]`; in P2P mode the host is advertised and the port ignored.
     pub local_server_name: String,
@@ -114,7 +115,7 @@ impl Default for Config {
 pub const KEYS: &[(&str, &str)] = &[
     (
         "metadata",
-        "P2PHANDSHAKE (default) or http(s)://host:port/path",
+        "P2PHANDSHAKE (default), http://host:port/path, or etcd: etcd://host:port[;host:port...] or host:port",
     ),
     (
         "local_server_name",
@@ -225,12 +226,7 @@ impl Config {
         match key {
             "metadata" => {
                 let v = value.trim();
-                if v != P2PHANDSHAKE && !v.starts_with("http://") && !v.starts_with("https://") {
-                    return Err(Error::new(
-                        ErrorKind::Unsupported,
-                        format!("metadata {v:?}: only P2PHANDSHAKE and http(s):// are supported"),
-                    ));
-                }
+                crate::metadata::store::parse_kind(v)?;
                 self.metadata = v.to_string();
             }
             "local_server_name" => {
@@ -396,9 +392,12 @@ mod tests {
             ErrorKind::InvalidArgument
         );
         assert_eq!(
-            c.set("metadata", "etcd://x").unwrap_err().kind(),
+            c.set("metadata", "redis://x:6379").unwrap_err().kind(),
             ErrorKind::Unsupported
         );
+        c.set("metadata", "etcd://127.0.0.1:2379;127.0.0.1:2380")
+            .unwrap();
+        c.set("metadata", "127.0.0.1:2379").unwrap();
         c.set("metadata", "http://127.0.0.1:1/metadata").unwrap();
         assert!(!c.is_p2p());
         assert_eq!(

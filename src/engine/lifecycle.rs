@@ -8,9 +8,9 @@ use super::{Config, Engine, Inner};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::log::Level;
 use crate::memory::Registry;
-use crate::metadata::http::HttpStore;
 use crate::metadata::rpc::MsgType;
 use crate::metadata::server::RpcServer;
+use crate::metadata::store::MetadataStore;
 use crate::transport::Route;
 use crate::transport::local::MemCopy;
 use crate::transport::samehost;
@@ -35,8 +35,8 @@ fn bind(host: &str, port: u16) -> Result<TcpListener> {
 }
 
 impl Engine {
-    /// Starts an engine: binds the RPC and data listeners, starts their threads and, with an HTTP
-    /// metadata server, publishes this segment.
+    /// Starts an engine: binds the RPC and data listeners, starts their threads and, with a metadata
+    /// server (HTTP or etcd), publishes this segment.
     pub fn new(cfg: Config) -> Result<Engine> {
         // P2P: the name's host is advertised. Metadata-server mode: the name is just a key, so
         // (as Mooncake) advertise the bind address, else the first up non-loopback IPv4.
@@ -55,12 +55,14 @@ impl Engine {
         } else {
             cfg.bind_address.clone()
         };
+        let keys = MetadataKeys::from_env();
         let store = if cfg.is_p2p() {
             None
         } else {
-            Some(HttpStore::new(
+            Some(MetadataStore::open(
                 &cfg.metadata,
                 cfg.connect_timeout.min(std::time::Duration::from_secs(3)),
+                keys.prefix(),
             )?)
         };
         let rpc_listener = bind(&bind_host, cfg.rpc_port)?;
@@ -86,7 +88,6 @@ impl Engine {
             ..ClientConfig::default()
         });
         let registry = Arc::new(Registry::new());
-        let keys = MetadataKeys::from_env();
         let notifies =
             super::notify_queue::NotifyQueue::new(cfg.notify_max_count, cfg.notify_max_bytes);
         let inner = Arc::new(Inner {
@@ -181,6 +182,7 @@ impl Drop for Engine {
                     tw_log!(Level::Warn, "removing {key}: {e}");
                 }
             }
+            store.close();
         }
         tw_log!(Level::Info, "engine {} down", self.inner.name);
     }

@@ -29,8 +29,8 @@ pub use transfer::Request;
 
 use crate::completion::Batch;
 use crate::memory::Registry;
-use crate::metadata::http::HttpStore;
 use crate::metadata::server::RpcServer;
+use crate::metadata::store::MetadataStore;
 use crate::transport::Route;
 use crate::transport::tcp::client::TcpClient;
 use crate::transport::tcp::server::TcpServer;
@@ -77,7 +77,7 @@ pub(crate) struct Inner {
     notifies: notify_queue::NotifyQueue,
     /// `false` once shutdown began; submitters hold the read side while dispatching.
     live: RwLock<bool>,
-    store: Option<HttpStore>,
+    store: Option<MetadataStore>,
     servers: Mutex<Option<(RpcServer, TcpServer)>>,
     /// Random identity for the same-host path; boxed so its address (published as
     /// `tw_token_addr`) is stable and readable by a verifying peer.

@@ -3,6 +3,7 @@
 use super::segments::{LOCAL_SEGMENT, Segment, SegmentId};
 use super::{Engine, Inner};
 use crate::error::{Error, ErrorKind, Result, fail};
+use crate::log::Level;
 use crate::metadata::SegmentDesc;
 use crate::transport::Transport;
 use std::sync::Arc;
@@ -35,7 +36,7 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .id_of(name)
         {
-            return Ok(id);
+            return self.revalidate(id, name);
         }
         let seg = self.inner.fetch_segment(name)?;
         Ok(self
@@ -44,6 +45,32 @@ impl Engine {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(seg))
+    }
+
+    /// A cached segment whose descriptor the metadata watch saw change is read again; one whose
+    /// descriptor is gone is an error; when the store cannot be reached the cached one is kept.
+    fn revalidate(&self, id: SegmentId, name: &str) -> Result<SegmentId> {
+        let Some(store) = &self.inner.store else {
+            return Ok(id);
+        };
+        let key = self.inner.keys.ram(name);
+        if !store.is_stale(&key) {
+            return Ok(id);
+        }
+        match store.get(&key) {
+            Ok(Some(_)) => self.refresh_segment(id).map(|_| id),
+            Ok(None) => fail(
+                ErrorKind::UnknownSegment,
+                format!("segment {name:?} is no longer on the metadata server"),
+            ),
+            Err(e) => {
+                tw_log!(
+                    Level::Warn,
+                    "segment {name}: keeping the cached descriptor: {e}"
+                );
+                Ok(id)
+            }
+        }
     }
 
     /// Forgets a segment id. Transfers already submitted to it finish normally.

@@ -23,6 +23,11 @@ impl MetadataKeys {
         MetadataKeys { prefix }
     }
 
+    /// The prefix every key starts with (what an etcd store watches).
+    pub(super) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// Key of a segment's descriptor.
     pub(super) fn ram(&self, name: &str) -> String {
         if name.contains('/') {

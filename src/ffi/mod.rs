@@ -7,6 +7,7 @@
 pub mod mooncake;
 pub mod native;
 pub mod status;
+pub mod store;
 
 use std::ffi::{CStr, c_char};
 

@@ -1,17 +1,16 @@
-//! A small blocking HTTP/1.1 client for Mooncake's metadata protocol:
-//! `GET/PUT/DELETE <base>?key=<escaped key>`, where only status 200 counts as success.
+//! Mooncake's HTTP metadata protocol: `GET/PUT/DELETE <base>?key=<escaped key>`, where only
+//! status 200 counts as success. Every call has a deadline and reads at most
+//! [`super::web::MAX_RESPONSE`] bytes.
 
+use super::web;
 use crate::error::{Error, ErrorKind, Result};
-use std::io::{Read, Write};
 use std::time::Duration;
 
 /// A metadata server base URL (`http://host:port/path`).
 #[derive(Debug, Clone)]
 pub struct HttpStore {
-    host: String,
-    port: u16,
-    path: String,
-    timeout: Duration,
+    base: String,
+    agent: ureq::Agent,
 }
 
 /// Percent-encodes everything but RFC 3986 unreserved characters (as `curl_easy_escape`).
@@ -28,7 +27,7 @@ pub fn escape(s: &str) -> String {
 }
 
 impl HttpStore {
-    /// Parses the base URL. `https://` is refused: this build carries no TLS.
+    /// Checks the base URL. `https://` is refused: this build carries no TLS.
     pub fn new(url: &str, timeout: Duration) -> Result<HttpStore> {
         if url.starts_with("https://") {
             return Err(Error::new(
@@ -42,48 +41,51 @@ impl HttpStore {
                 format!("{url:?} is not an http:// URL"),
             )
         })?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
+        let authority = rest.split(['/', '?']).next().unwrap_or_default();
+        super::parse_host_port(authority, 80)?;
+        let base = if rest.contains(['/', '?']) {
+            url.to_string()
+        } else {
+            format!("{url}/")
         };
-        let (host, port) = super::parse_host_port(authority, 80)?;
+        base.parse::<ureq::http::Uri>().map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("metadata URL {url:?}: {e}"),
+            )
+        })?;
         Ok(HttpStore {
-            host,
-            port,
-            path: path.to_string(),
-            timeout,
+            base,
+            agent: web::agent(timeout),
         })
     }
 
+    fn url(&self, key: &str) -> String {
+        let sep = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{sep}key={}", self.base, escape(key))
+    }
+
     fn request(&self, method: &str, key: &str, body: Option<&str>) -> Result<(u16, Vec<u8>)> {
-        let mut s = super::rpc::connect(&self.host, self.port, self.timeout)
-            .map_err(|e| Error::new(ErrorKind::Metadata, format!("metadata server: {e}")))?;
-        let _ = s.set_read_timeout(Some(self.timeout));
-        let _ = s.set_write_timeout(Some(self.timeout));
-        let sep = if self.path.contains('?') { '&' } else { '?' };
-        let body = body.unwrap_or("");
-        let req = format!(
-            "{method} {}{sep}key={} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            self.path,
-            escape(key),
-            super::join_host_port(&self.host, self.port),
-            body.len()
-        );
-        let io = |e: std::io::Error| {
-            Error::new(
-                ErrorKind::Metadata,
-                format!("metadata server {method} {key}: {e}"),
-            )
-        };
-        s.write_all(req.as_bytes()).map_err(io)?;
-        let mut resp = Vec::new();
-        s.read_to_end(&mut resp).map_err(io)?;
-        parse_response(&resp).map_err(|m| {
+        let url = self.url(key);
+        let fail = |m: String| {
             Error::new(
                 ErrorKind::Metadata,
                 format!("metadata server {method} {key}: {m}"),
             )
-        })
+        };
+        let sent = match (method, body) {
+            ("PUT", Some(b)) => self
+                .agent
+                .put(&url)
+                .header("Content-Type", "application/json")
+                .send(b),
+            ("DELETE", _) => self.agent.delete(&url).call(),
+            _ => self.agent.get(&url).call(),
+        };
+        let mut resp = sent.map_err(|e| fail(web::describe(&e)))?;
+        let status = resp.status().as_u16();
+        let body = web::read_body(&mut resp).map_err(fail)?;
+        Ok((status, body))
     }
 
     /// GET: `Ok(Some(body))` on 200, `Ok(None)` on any other status.
@@ -115,63 +117,6 @@ impl HttpStore {
     }
 }
 
-fn parse_response(resp: &[u8]) -> std::result::Result<(u16, Vec<u8>), String> {
-    let split = resp
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("truncated response")?;
-    let head = std::str::from_utf8(&resp[..split]).map_err(|_| "response head is not UTF-8")?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let status: u16 = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
-    let mut chunked = false;
-    let mut length = None;
-    for l in lines {
-        if let Some((k, v)) = l.split_once(':') {
-            let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
-            if k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked") {
-                chunked = true;
-            } else if k == "content-length" {
-                length = v.parse::<usize>().ok();
-            }
-        }
-    }
-    let raw = &resp[split + 4..];
-    let body = if chunked {
-        dechunk(raw)?
-    } else if let Some(n) = length {
-        raw.get(..n)
-            .ok_or("body shorter than Content-Length")?
-            .to_vec()
-    } else {
-        raw.to_vec()
-    };
-    Ok((status, body))
-}
-
-fn dechunk(mut raw: &[u8]) -> std::result::Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    loop {
-        let eol = raw
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("bad chunk header")?;
-        let size_text = std::str::from_utf8(&raw[..eol]).map_err(|_| "bad chunk size")?;
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| "bad chunk size")?;
-        raw = &raw[eol + 2..];
-        if size == 0 {
-            return Ok(out);
-        }
-        out.extend_from_slice(raw.get(..size).ok_or("truncated chunk")?);
-        raw = raw.get(size + 2..).ok_or("truncated chunk")?;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,14 +130,14 @@ mod tests {
     }
 
     #[test]
-    fn parses_responses() {
-        let r = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}junk";
-        assert_eq!(parse_response(r).unwrap(), (200, b"{}".to_vec()));
-        let r = b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
-        assert_eq!(parse_response(r).unwrap(), (404, b"abcde".to_vec()));
-        assert!(parse_response(b"HTTP/1.1 200").is_err());
+    fn builds_urls() {
         assert!(HttpStore::new("https://x/y", Duration::from_secs(1)).is_err());
+        assert!(HttpStore::new("ftp://x/y", Duration::from_secs(1)).is_err());
         let s = HttpStore::new("http://127.0.0.1:8080/metadata", Duration::from_secs(1)).unwrap();
-        assert_eq!((s.port, s.path.as_str()), (8080, "/metadata"));
+        assert_eq!(s.url("a/b"), "http://127.0.0.1:8080/metadata?key=a%2Fb");
+        let s = HttpStore::new("http://h:1", Duration::from_secs(1)).unwrap();
+        assert_eq!(s.url("k"), "http://h:1/?key=k");
+        let s = HttpStore::new("http://h:1/m?x=1", Duration::from_secs(1)).unwrap();
+        assert_eq!(s.url("k"), "http://h:1/m?x=1&key=k");
     }
 }

@@ -1,10 +1,18 @@
 //! Segment descriptors (Mooncake's JSON schema), segment-name parsing, the RPC/handshake
-//! framing, its server, and metadata stores.
+//! framing, its server, and metadata stores (HTTP and etcd),
+//! and leader election over etcd (the Store master's high availability).
 
 pub mod descriptor;
+pub mod etcd;
+pub mod etcd_cache;
+pub mod etcd_election;
+pub mod etcd_store;
+pub mod etcd_watch;
 pub mod http;
 pub mod rpc;
 pub mod server;
+pub mod store;
+pub mod web;
 
 pub use descriptor::{BufferDesc, SegmentDesc};
 

@@ -1,7 +1,9 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
+pub mod etcd;
 pub mod netns;
+pub mod proxy;
 
 use tidewire::{Config, Engine};
 

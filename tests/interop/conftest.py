@@ -651,6 +651,83 @@ class MetadataServer:
             pass
 
 
+class EtcdServer:
+    """A throwaway single-member etcd (``etcd`` from PATH) on 127.0.0.1 with free ports and a
+    temp data dir; keys read and written through its v3 JSON gateway."""
+
+    def __init__(self, start_timeout=20):
+        import shutil
+        self.dir = tempfile.mkdtemp(prefix="interop-etcd-")
+        self.port, peer = free_port(), free_port()
+        client_url, peer_url = ("http://127.0.0.1:%d" % p for p in (self.port, peer))
+        self.log = open(os.path.join(self.dir, "etcd.log"), "wb")
+        args = ["etcd", "--name", "tw", "--data-dir", os.path.join(self.dir, "data"),
+                "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+                "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                "--initial-cluster", "tw=" + peer_url, "--unsafe-no-fsync",
+                "--logger=zap", "--log-level=error"]
+        if shutil.which("etcd") is None:
+            raise PeerError("etcd is not installed (Debian: etcd-server)")
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=self.log, preexec_fn=_die_with_parent)
+        self.endpoint = "127.0.0.1:%d" % self.port
+        self.url = "etcd://" + self.endpoint
+        if not wait_until(self._healthy, start_timeout, 0.05):
+            self.close()
+            raise PeerError("etcd did not become healthy on %s" % self.endpoint)
+
+    def _healthy(self):
+        try:
+            with urllib.request.urlopen("http://%s/health" % self.endpoint, timeout=2) as r:
+                return b"true" in r.read()
+        except OSError:
+            return False
+
+    def _call(self, path, body):
+        req = urllib.request.Request("http://%s/v3/%s" % (self.endpoint, path),
+                                     data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read())
+
+    @staticmethod
+    def _b64(text):
+        import base64
+        return base64.b64encode(text.encode()).decode()
+
+    def kv(self, key):
+        """The key's kv object (value decoded, lease as int), or None."""
+        import base64
+        kvs = self._call("kv/range", {"key": self._b64(key)}).get("kvs") or []
+        if not kvs:
+            return None
+        kv = kvs[0]
+        return {"value": base64.b64decode(kv.get("value", "")),
+                "lease": int(kv.get("lease", 0))}
+
+    def get(self, key):
+        kv = self.kv(key)
+        return None if kv is None else kv["value"]
+
+    def keys(self, prefix="mooncake/"):
+        import base64
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        reply = self._call("kv/range", {"key": self._b64(prefix), "range_end": self._b64(end),
+                                        "keys_only": True})
+        return sorted(base64.b64decode(kv["key"]).decode() for kv in reply.get("kvs") or [])
+
+    def close(self):
+        import shutil
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------------------
 # A recording TCP proxy, to see the data protocol on the wire
 # --------------------------------------------------------------------------------------

@@ -36,9 +36,9 @@ fn create(
 /// Creates an engine. Returns an owned handle to release with `destroyTransferEngine`, or NULL on
 /// failure (reason logged and kept as the thread's last error).
 ///
-/// `metadata_conn_string` is `"P2PHANDSHAKE"` or an `http://`/`https://` URL; `etcd://`,
-/// `redis://` and bare strings return NULL (Mooncake aborts the process). `local_server_name` is
-/// `host[:port]`; in P2P mode the segment name becomes `host:rpc_port`. `ip_or_host_name` and
+/// `metadata_conn_string` is `"P2PHANDSHAKE"`, an `http://` URL or etcd endpoints (`etcd://h:p`,
+/// a bare `h:p`, lists split by `;` or `,`); `redis://`, `https://` and an unreachable etcd return
+/// NULL (Mooncake aborts the process). `local_server_name` is `host[:port]`; in P2P mode the segment name becomes `host:rpc_port`. `ip_or_host_name` and
 /// `rpc_port` are unused, as in Mooncake; `MC_TCP_BIND_ADDRESS` picks the listen address. TCP is
 /// installed now when `auto_discover != 0` or `MC_FORCE_TCP` is set, otherwise by
 /// `installTransport`. Any NULL string returns NULL. Thread-safe.

@@ -74,9 +74,9 @@ fn null_arguments_are_errors_not_crashes() {
 #[test]
 fn unsupported_metadata_scheme_returns_null() {
     for m in [
-        c"etcd://127.0.0.1:2379",
         c"redis://127.0.0.1:6379",
-        c"127.0.0.1:2379",
+        c"https://127.0.0.1:1/metadata",
+        c"consul://127.0.0.1:1",
     ] {
         let e = createTransferEngine(
             m.as_ptr(),

@@ -1,0 +1,69 @@
+"""ctypes declarations of the Store's C API (``tw_store_*`` in ``include/tidewire.h``)."""
+
+from ctypes import (
+    POINTER,
+    Structure,
+    c_bool,
+    c_char_p,
+    c_int32,
+    c_int64,
+    c_size_t,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+
+
+class ReplicateConfigC(Structure):
+    """``tw_store_replicate_config``."""
+
+    _fields_ = [
+        ("replica_num", c_uint32),
+        ("with_hard_pin", c_bool),
+        ("with_soft_pin", c_bool),
+        ("preferred_segments", c_char_p),
+    ]
+
+
+class StoreValue(Structure):
+    """``tw_store_value``: bytes owned by the library until released."""
+
+    _fields_ = [("data", c_void_p), ("len", c_uint64), ("owner", c_void_p)]
+
+
+_p = POINTER
+_keys = _p(c_char_p)
+
+#: name -> (argtypes, restype) for every ``tw_store_*`` function.
+STORE_SIGNATURES = {
+    "tw_store_setup": (
+        [c_char_p, c_char_p, c_uint64, c_uint64, c_char_p, c_char_p, c_char_p, _p(c_void_p)],
+        c_int32,
+    ),
+    "tw_store_free": ([c_void_p], None),
+    "tw_store_hostname": ([c_void_p, c_void_p, c_size_t], c_int32),
+    "tw_store_health_check": ([c_void_p], c_int32),
+    "tw_store_register_buffer": ([c_void_p, c_void_p, c_uint64], c_int32),
+    "tw_store_unregister_buffer": ([c_void_p, c_void_p], c_int32),
+    "tw_store_put": (
+        [c_void_p, _keys, _p(c_void_p), _p(c_uint64), c_size_t, c_int32, c_int32,
+         _p(ReplicateConfigC), _p(c_int32)],
+        c_int32,
+    ),
+    "tw_store_get_into": (
+        [c_void_p, _keys, _p(c_void_p), _p(c_uint64), c_size_t, _p(c_int64)],
+        c_int32,
+    ),
+    "tw_store_get_copy": ([c_void_p, _keys, c_size_t, _p(StoreValue), _p(c_int64)], c_int32),
+    "tw_store_value_release": ([_p(StoreValue)], None),
+    "tw_store_get_ranges": (
+        [c_void_p, _keys, _p(c_void_p), _p(c_uint64), _p(c_uint64), c_size_t, _p(c_int64)],
+        c_int32,
+    ),
+    "tw_store_get_size": ([c_void_p, c_char_p], c_int64),
+    "tw_store_exist": ([c_void_p, _keys, c_size_t, _p(c_int32)], c_int32),
+    "tw_store_remove": ([c_void_p, _keys, c_size_t, c_bool, _p(c_int32)], c_int32),
+    "tw_store_remove_by_regex": ([c_void_p, c_char_p, c_bool], c_int64),
+    "tw_store_remove_all": ([c_void_p, c_bool], c_int64),
+}
+del _p, _keys

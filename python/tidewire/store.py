@@ -1,0 +1,551 @@
+"""Mooncake-Store-compatible client on top of tidewire.
+
+A drop-in for ``mooncake.store``: ``MooncakeDistributedStore`` and ``ReplicateConfig`` with
+Mooncake's method names, argument orders, defaults and return conventions, talking to a
+``tidewire-master`` (which accepts ``mooncake_master``'s flags)::
+
+    from tidewire.store import MooncakeDistributedStore, ReplicateConfig
+
+Return conventions (as Mooncake's Python API):
+
+- ``put*``/``upsert*``/``put_from``/``register_buffer``/...: ``0`` or a negative code;
+  ``put_batch``/``upsert_batch`` return one code for the whole batch; ``batch_*`` return a list
+  with one code per key. A create-only ``put`` of an existing key returns 0 and keeps the old
+  value; ``upsert`` replaces it.
+- ``get``/``get_batch``: ``bytes``, ``b''`` for a missing key. ``get_into``/``batch_get_into``:
+  bytes read, or ``-704`` (missing) / ``-600`` (buffer too small or bad arguments).
+- ``get_size``: the size or ``-704``. ``is_exist``: 1/0/-1. ``remove``: 0, -704, -706 (leased,
+  unless ``force``). ``remove_by_regex``/``remove_all``: the count removed.
+
+Codes: -1 internal, -10 buffer overflow, -101 segment not found, -200 no space,
+-600 invalid parameters, -703 being written, -704 not found, -706 has lease, -707 lease
+expired, -800 transfer failed, -900 master unreachable, -901 master timeout.
+
+Every call into the library releases the GIL (ctypes), so threads overlap their transfers.
+"""
+
+import ctypes
+import functools
+import operator
+import threading
+from ctypes import byref, c_char_p, c_int32, c_int64, c_uint64, c_void_p
+
+from . import _ffi
+from ._store_ffi import ReplicateConfigC, StoreValue
+
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "BufferHandle"]
+
+INTERNAL_ERROR = -1
+INVALID_PARAMS = -600
+OBJECT_NOT_FOUND = -704
+
+_MiB = 1024 * 1024
+
+
+class ReplicateConfig:
+    """Placement and pinning of a write (Mooncake's ``ReplicateConfig``)."""
+
+    def __init__(self):
+        self.replica_num = 1
+        self.with_soft_pin = False
+        self.with_hard_pin = False
+        self.preferred_segment = ""
+        self.preferred_segments = []
+
+    def _c(self):
+        names = list(self.preferred_segments or [])
+        if self.preferred_segment:
+            names.insert(0, self.preferred_segment)
+        return ReplicateConfigC(
+            max(0, int(self.replica_num)),
+            bool(self.with_hard_pin),
+            bool(self.with_soft_pin),
+            ",".join(names).encode() if names else None,
+        )
+
+    def __repr__(self):
+        return (
+            f"ReplicateConfig(replica_num={self.replica_num}, with_soft_pin={self.with_soft_pin}, "
+            f"with_hard_pin={self.with_hard_pin}, preferred_segments={self.preferred_segments!r})"
+        )
+
+
+class BufferHandle:
+    """A value read by ``get_buffer``, held in library memory until released (or collected)."""
+
+    def __init__(self, value):
+        self._v = value
+
+    def ptr(self):
+        """Address of the bytes."""
+        return self._v.data or 0
+
+    def size(self):
+        """Length in bytes."""
+        return self._v.len
+
+    def __len__(self):
+        return self._v.len
+
+    def view(self):
+        """A writable memoryview over the bytes (valid while this handle lives)."""
+        return memoryview((ctypes.c_char * self._v.len).from_address(self._v.data)).cast("B")
+
+    def tobytes(self):
+        """A copy of the bytes."""
+        return ctypes.string_at(self._v.data, self._v.len) if self._v.len else b""
+
+    def release(self):
+        """Returns the memory to the library (idempotent)."""
+        if self._v is not None and self._v.owner:
+            _ffi.lib().tw_store_value_release(byref(self._v))
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+def _keys(keys):
+    enc = [k.encode("utf-8") if isinstance(k, str) else bytes(k) for k in keys]
+    return (c_char_p * len(enc))(*enc), enc
+
+
+def _address(value):
+    """(address, length, keepalive) of a bytes-like object, without copying when possible."""
+    if isinstance(value, bytes):
+        return ctypes.cast(c_char_p(value), c_void_p).value or 0, len(value), value
+    mv = memoryview(value)
+    if not mv.c_contiguous:
+        data = mv.tobytes()
+        return _address(data)
+    mv = mv.cast("B")
+    if mv.readonly:
+        data = mv.tobytes()
+        return _address(data)
+    n = mv.nbytes
+    if n == 0:
+        return 0, 0, mv
+    arr = (ctypes.c_char * n).from_buffer(mv)
+    return ctypes.addressof(arr), n, (mv, arr)
+
+
+def _ints(values, limit):
+    """Integers (anything with ``__index__``, e.g. numpy scalars) in ``[0, limit)``, or None."""
+    out = []
+    for v in values:
+        if isinstance(v, bool):
+            return None
+        try:
+            i = operator.index(v)
+        except TypeError:
+            return None
+        if not 0 <= i < limit:
+            return None
+        out.append(i)
+    return out
+
+
+def _sizes_ok(sizes):
+    return _ints(sizes, 1 << 63) is not None
+
+
+def _ptrs_ok(ptrs):
+    return _ints(ptrs, 1 << 64) is not None
+
+
+class MooncakeDistributedStore:
+    """A store client: contributes a segment to the pool and reads/writes objects."""
+
+    def __init__(self):
+        self._h = None
+        self._cv = threading.Condition()
+        self._busy = 0
+        self._hostname = ""
+
+    # ---------------------------------------------------------------- lifecycle
+    def setup(
+        self,
+        local_hostname=None,
+        metadata_server=None,
+        global_segment_size=16 * _MiB,
+        local_buffer_size=16 * _MiB,
+        protocol="tcp",
+        rdma_devices="",
+        master_server_address="127.0.0.1:50051",
+        engine=None,
+        device_name=None,
+    ):
+        """Starts the client. Either the positional form (Mooncake's order) or one dict with the
+        same names as keys. Returns 0, or a negative code."""
+        if isinstance(local_hostname, dict):
+            cfg = dict(local_hostname)
+            return self.setup(
+                cfg.get("local_hostname", ""),
+                cfg.get("metadata_server", "P2PHANDSHAKE"),
+                int(cfg.get("global_segment_size", 16 * _MiB)),
+                int(cfg.get("local_buffer_size", 16 * _MiB)),
+                cfg.get("protocol", "tcp"),
+                cfg.get("rdma_devices", cfg.get("device_name", "")),
+                cfg.get("master_server_address", "127.0.0.1:50051"),
+            )
+        if engine is not None:
+            return INVALID_PARAMS  # sharing a TransferEngine object is not supported
+        if device_name is not None:
+            rdma_devices = device_name
+        if self._h is not None:
+            return 0
+        if not _sizes_ok([global_segment_size, local_buffer_size]):
+            return INVALID_PARAMS
+        h = c_void_p()
+
+        def enc(s):
+            return (s or "").encode()
+
+        rc = _ffi.lib().tw_store_setup(
+            enc(local_hostname),
+            enc(metadata_server or "P2PHANDSHAKE"),
+            int(global_segment_size),
+            int(local_buffer_size),
+            enc(protocol or "tcp"),
+            enc(rdma_devices),
+            enc(master_server_address),
+            byref(h),
+        )
+        if rc != 0:
+            self.last_error = _ffi.last_error_message()
+            return rc
+        self._h = h
+        buf = ctypes.create_string_buffer(512)
+        if _ffi.lib().tw_store_hostname(h, buf, 512) == 0:
+            self._hostname = buf.value.decode()
+        return 0
+
+    def close(self):
+        """Unmounts this client's segment (its objects go with it) and stops. Returns 0."""
+        with self._cv:
+            h, self._h = self._h, None
+            # Calls already inside the library finish first (they hold the handle).
+            self._cv.wait_for(lambda: self._busy == 0, timeout=600)
+        if h is not None:
+            _ffi.lib().tw_store_free(h)
+        return 0
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def health_check(self):
+        """0 healthy, 1 not initialised, 2 master unreachable."""
+        if self._h is None:
+            return 1
+        return _ffi.lib().tw_store_health_check(self._h)
+
+    def get_hostname(self):
+        """This client's endpoint ``ip:port`` (its segment name)."""
+        return self._hostname
+
+    # ---------------------------------------------------------------- registration
+    def register_buffer(self, buffer_ptr, size):
+        """Registers caller memory for the zero-copy calls. 0 or a negative code."""
+        if self._h is None:
+            return INTERNAL_ERROR
+        if not _ptrs_ok([buffer_ptr]) or not _sizes_ok([size]) or not buffer_ptr or not size:
+            return INVALID_PARAMS
+        return _ffi.lib().tw_store_register_buffer(
+            self._h, operator.index(buffer_ptr), operator.index(size)
+        )
+
+    def unregister_buffer(self, buffer_ptr):
+        """Drops a registration. 0 or a negative code."""
+        if self._h is None:
+            return INTERNAL_ERROR
+        if not _ptrs_ok([buffer_ptr]):
+            return INVALID_PARAMS
+        return _ffi.lib().tw_store_unregister_buffer(self._h, operator.index(buffer_ptr))
+
+    # ---------------------------------------------------------------- writes
+    def _put(self, keys, ptrs, sizes, upsert, copy, config):
+        n = len(keys)
+        if self._h is None:
+            return [INTERNAL_ERROR] * n
+        if not (n == len(ptrs) == len(sizes)) or not _ptrs_ok(ptrs) or not _sizes_ok(sizes):
+            return [INVALID_PARAMS] * n
+        if n == 0:
+            return []
+        ptrs, sizes = _ints(ptrs, 1 << 64), _ints(sizes, 1 << 63)
+        karr, _keep = _keys(keys)
+        res = (c_int32 * n)()
+        cfg = (config or ReplicateConfig())._c()
+        rc = _ffi.lib().tw_store_put(
+            self._h, karr, (c_void_p * n)(*ptrs), (c_uint64 * n)(*sizes), n,
+            1 if upsert else 0, 1 if copy else 0, byref(cfg), res,
+        )
+        return [rc] * n if rc != 0 else list(res)
+
+    def _put_values(self, keys, values, upsert, config):
+        addrs = [_address(v) for v in values]
+        return self._put(keys, [a[0] for a in addrs], [a[1] for a in addrs], upsert, True, config)
+
+    @staticmethod
+    def _first_error(codes):
+        return next((c for c in codes if c != 0), 0)
+
+    def put(self, key, value, config=None):
+        """Create-only put of a bytes-like value (copied through the local buffer)."""
+        return self._put_values([key], [value], False, config)[0]
+
+    def upsert(self, key, value, config=None):
+        """Create-or-replace of a bytes-like value."""
+        return self._put_values([key], [value], True, config)[0]
+
+    def put_batch(self, keys, values, config=None):
+        """Create-only put of several values; one code for the batch."""
+        if len(keys) != len(values):
+            return INVALID_PARAMS
+        return self._first_error(self._put_values(keys, values, False, config))
+
+    def upsert_batch(self, keys, values, config=None):
+        """Create-or-replace of several values; one code for the batch."""
+        if len(keys) != len(values):
+            return INVALID_PARAMS
+        return self._first_error(self._put_values(keys, values, True, config))
+
+    def put_parts(self, key, *parts, config=None):
+        """Create-only put of the concatenation of ``parts``."""
+        return self.put(key, b"".join(bytes(memoryview(p)) for p in parts), config)
+
+    def upsert_parts(self, key, *parts, config=None):
+        """Create-or-replace with the concatenation of ``parts``."""
+        return self.upsert(key, b"".join(bytes(memoryview(p)) for p in parts), config)
+
+    def put_from(self, key, buffer_ptr, size, config=None):
+        """Zero-copy create-only put from caller memory."""
+        return self._put([key], [buffer_ptr], [size], False, False, config)[0]
+
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        """Zero-copy create-or-replace from caller memory."""
+        return self._put([key], [buffer_ptr], [size], True, False, config)[0]
+
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+        """Zero-copy create-only puts; one code per key."""
+        return self._put(list(keys), list(buffer_ptrs), list(sizes), False, False, config)
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        """Zero-copy create-or-replace; one code per key."""
+        return self._put(list(keys), list(buffer_ptrs), list(sizes), True, False, config)
+
+    # ---------------------------------------------------------------- reads
+    def batch_get_into(self, keys, buffer_ptrs, sizes):
+        """Reads each key into caller memory; bytes read or a negative code per key."""
+        keys, ptrs, sizes = list(keys), list(buffer_ptrs), list(sizes)
+        n = len(keys)
+        if self._h is None:
+            return [INTERNAL_ERROR] * n
+        if not (n == len(ptrs) == len(sizes)) or not _ptrs_ok(ptrs) or not _sizes_ok(sizes):
+            return [INVALID_PARAMS] * n
+        if n == 0:
+            return []
+        ptrs, sizes = _ints(ptrs, 1 << 64), _ints(sizes, 1 << 63)
+        karr, _keep = _keys(keys)
+        res = (c_int64 * n)()
+        rc = _ffi.lib().tw_store_get_into(
+            self._h, karr, (c_void_p * n)(*ptrs), (c_uint64 * n)(*sizes), n, res
+        )
+        return [rc] * n if rc != 0 else list(res)
+
+    def get_into(self, key, buffer_ptr, size):
+        """Reads one key into caller memory: bytes read or a negative code."""
+        return self.batch_get_into([key], [buffer_ptr], [size])[0]
+
+    def _get_values(self, keys):
+        n = len(keys)
+        if self._h is None or n == 0:
+            return [None] * n, [INTERNAL_ERROR] * n
+        karr, _keep = _keys(keys)
+        vals = (StoreValue * n)()
+        res = (c_int64 * n)()
+        rc = _ffi.lib().tw_store_get_copy(self._h, karr, n, vals, res)
+        if rc != 0:
+            return [None] * n, [rc] * n
+        return [vals[i] if res[i] >= 0 else None for i in range(n)], list(res)
+
+    def get_batch(self, keys):
+        """Values of several keys; ``b''`` for a missing (or failed) key."""
+        vals, _ = self._get_values(list(keys))
+        out = []
+        for v in vals:
+            if v is None:
+                out.append(b"")
+            else:
+                out.append(ctypes.string_at(v.data, v.len) if v.len else b"")
+                _ffi.lib().tw_store_value_release(byref(v))
+        return out
+
+    def get(self, key):
+        """Value of one key; ``b''`` when missing."""
+        return self.get_batch([key])[0]
+
+    def get_buffer(self, key):
+        """A :class:`BufferHandle` over the value, or ``None`` when missing."""
+        vals, _ = self._get_values([key])
+        return BufferHandle(vals[0]) if vals[0] is not None else None
+
+    def batch_get_buffer(self, keys):
+        """:class:`BufferHandle` per key (``None`` for misses)."""
+        vals, _ = self._get_values(list(keys))
+        return [BufferHandle(v) if v is not None else None for v in vals]
+
+    def get_size(self, key):
+        """Size of the value, or a negative code (-704 missing)."""
+        if self._h is None:
+            return INTERNAL_ERROR
+        return _ffi.lib().tw_store_get_size(self._h, key.encode())
+
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
+        """Ranged reads, buffer-major: for buffer ``b`` and its ``k``-th key, fragment ``f``
+        copies ``[src_offsets[b][k][f], +sizes[b][k][f])`` of the object to
+        ``buffer_ptrs[b] + dst_offsets[b][k][f]``. Returns ``[b][k][f]`` bytes read or a code."""
+        flat_keys, dsts, srcs, lens, shape = [], [], [], [], []
+        try:
+            for b, base in enumerate(buffer_ptrs):
+                kshape = []
+                for k, key in enumerate(all_keys[b]):
+                    d, s, z = all_dst_offsets[b][k], all_src_offsets[b][k], all_sizes[b][k]
+                    if not (len(d) == len(s) == len(z)):
+                        raise ValueError
+                    for i in range(len(d)):
+                        flat_keys.append(key)
+                        dsts.append(int(base) + int(d[i]))
+                        srcs.append(int(s[i]))
+                        lens.append(int(z[i]))
+                    kshape.append(len(d))
+                shape.append(kshape)
+        except (IndexError, TypeError, ValueError):
+            return INVALID_PARAMS
+        n = len(flat_keys)
+        if self._h is None:
+            return INTERNAL_ERROR
+        if not _ptrs_ok(dsts) or not _sizes_ok(srcs) or not _sizes_ok(lens):
+            return INVALID_PARAMS
+        res = (c_int64 * max(n, 1))()
+        if n:
+            karr, _keep = _keys(flat_keys)
+            rc = _ffi.lib().tw_store_get_ranges(
+                self._h, karr, (c_void_p * n)(*dsts), (c_uint64 * n)(*srcs),
+                (c_uint64 * n)(*lens), n, res,
+            )
+            if rc != 0:
+                return rc
+        out, i = [], 0
+        for kshape in shape:
+            per_buf = []
+            for m in kshape:
+                per_buf.append([res[j] for j in range(i, i + m)])
+                i += m
+            out.append(per_buf)
+        return out
+
+    # ---------------------------------------------------------------- existence, removal
+    def batch_is_exist(self, keys):
+        """1 present, 0 absent, -1 error, per key."""
+        keys = list(keys)
+        n = len(keys)
+        if self._h is None:
+            return [-1] * n
+        if n == 0:
+            return []
+        karr, _keep = _keys(keys)
+        res = (c_int32 * n)()
+        rc = _ffi.lib().tw_store_exist(self._h, karr, n, res)
+        if rc != 0:
+            return [-1] * n
+        return [r if r in (0, 1) else -1 for r in res]
+
+    def is_exist(self, key):
+        """1 present, 0 absent, -1 error."""
+        return self.batch_is_exist([key])[0]
+
+    def batch_remove(self, keys, force=False):
+        """Removes keys; per key 0, -704 missing, -706 leased (unless ``force``)."""
+        keys = list(keys)
+        n = len(keys)
+        if self._h is None:
+            return [INTERNAL_ERROR] * n
+        if n == 0:
+            return []
+        karr, _keep = _keys(keys)
+        res = (c_int32 * n)()
+        rc = _ffi.lib().tw_store_remove(self._h, karr, n, bool(force), res)
+        return [rc] * n if rc != 0 else list(res)
+
+    def remove(self, key, force=False):
+        """Removes one key: 0, -704 missing, -706 leased (unless ``force``)."""
+        return self.batch_remove([key], force)[0]
+
+    def remove_by_regex(self, pattern, force=False):
+        """Removes keys matching ``pattern``; the count removed, or a negative code."""
+        if self._h is None:
+            return INTERNAL_ERROR
+        return _ffi.lib().tw_store_remove_by_regex(self._h, pattern.encode(), bool(force))
+
+    def remove_all(self, force=False):
+        """Removes every key; the count removed, or a negative code."""
+        if self._h is None:
+            return INTERNAL_ERROR
+        return _ffi.lib().tw_store_remove_all(self._h, bool(force))
+
+
+def _counted(fn):
+    """Counts the call as in flight, so ``close`` waits for it before freeing the handle."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        with self._cv:
+            self._busy += 1
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            with self._cv:
+                self._busy -= 1
+                if self._busy == 0:
+                    self._cv.notify_all()
+
+    return wrapper
+
+
+for _name in [
+    "health_check", "register_buffer", "unregister_buffer", "put", "upsert", "put_batch",
+    "upsert_batch", "put_parts", "upsert_parts", "put_from", "upsert_from", "batch_put_from",
+    "batch_upsert_from", "batch_get_into", "get_into", "get_batch", "get", "get_buffer",
+    "batch_get_buffer", "get_size", "get_into_ranges", "batch_is_exist", "is_exist",
+    "batch_remove", "remove", "remove_by_regex", "remove_all",
+]:
+    setattr(MooncakeDistributedStore, _name, _counted(getattr(MooncakeDistributedStore, _name)))
+del _name
+
+
+def install_as_mooncake():
+    """Makes ``import mooncake.store`` (and ``from mooncake.store import ...``) resolve to this
+    module, so code written for Mooncake Store (TransferQueue's ``MooncakeStoreClient``) runs on
+    tidewire unchanged. Call it once before that code imports ``mooncake.store``. An installed
+    ``mooncake`` package keeps its other modules; only ``mooncake.store`` is replaced."""
+    import importlib
+    import sys
+    import types
+
+    me = sys.modules[__name__]
+    parent = sys.modules.get("mooncake")
+    if parent is None:
+        try:
+            parent = importlib.import_module("mooncake")
+        except ImportError:
+            parent = types.ModuleType("mooncake")
+            parent.__path__ = []
+            sys.modules["mooncake"] = parent
+    sys.modules["mooncake.store"] = me
+    parent.store = me
+    return me

@@ -1,0 +1,111 @@
+//! tidewire-master: the Store's metadata service. Binds exactly the addresses it is given
+//! (RPC, optional HTTP metadata, metrics), logs one JSON line `{"rpc_port":..}` per listener
+//! once ready, and runs until killed.
+
+mod flags;
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use tidewire::store::master::Master;
+use tidewire::store::master::http::{HttpServer, MetadataStore};
+use tidewire::store::master::server::{MasterServer, ServerOptions};
+
+fn bind(host: &str, port: u16, what: &str) -> Result<TcpListener, String> {
+    let addrs = tidewire::metadata::resolve(host, port).map_err(|e| format!("{what}: {e}"))?;
+    let mut last = String::new();
+    for a in addrs {
+        match TcpListener::bind(a) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = format!("{a}: {e}"),
+        }
+    }
+    Err(format!("{what}: cannot bind {host}:{port}: {last}"))
+}
+
+fn run(f: flags::Flags) -> Result<(), String> {
+    let master = Arc::new(Master::new(f.master.clone()));
+    let rpc = bind(&f.rpc_address, f.rpc_port, "rpc")?;
+    let opts = ServerOptions {
+        max_connections: f.rpc_thread_num,
+        ..ServerOptions::default()
+    };
+    let server = MasterServer::start(master.clone(), rpc, opts).map_err(|e| e.to_string())?;
+    let mut ready = serde_json::json!({"rpc_port": server.local_addr().port()});
+    let _http = if f.enable_http_metadata_server {
+        let l = bind(
+            &f.http_metadata_server_host,
+            f.http_metadata_server_port,
+            "http metadata",
+        )?;
+        let store = Arc::new(MetadataStore::default());
+        let s =
+            HttpServer::start(l, Arc::new(move |r| store.handle(r))).map_err(|e| e.to_string())?;
+        ready["http_metadata_port"] = s.local_addr().port().into();
+        Some(s)
+    } else {
+        None
+    };
+    // Metrics are optional: a taken port (another master's default 9003) is a warning, not an
+    // outage.
+    let _metrics = if f.enable_metric_reporting {
+        let host = f
+            .metrics_host
+            .clone()
+            .unwrap_or_else(|| f.rpc_address.clone());
+        match bind(&host, f.metrics_port, "metrics") {
+            Ok(l) => {
+                let m = master.clone();
+                let s = HttpServer::start(
+                    l,
+                    Arc::new(move |r| {
+                        if r.path == "/metrics" && r.method == "GET" {
+                            (
+                                200,
+                                "text/plain; version=0.0.4",
+                                m.metrics_text().into_bytes(),
+                            )
+                        } else {
+                            (404, "text/plain", b"not found".to_vec())
+                        }
+                    }),
+                )
+                .map_err(|e| e.to_string())?;
+                ready["metrics_port"] = s.local_addr().port().into();
+                Some(s)
+            }
+            Err(e) => {
+                eprintln!("tidewire-master: metrics disabled: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    println!("{ready}");
+    eprintln!(
+        "tidewire-master: serving on {} (lease {:?}, client_ttl {:?})",
+        server.local_addr(),
+        f.master.lease_ttl,
+        f.master.client_ttl
+    );
+    loop {
+        std::thread::park();
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match flags::parse(&args) {
+        Ok(None) => print!("{}", flags::USAGE),
+        Ok(Some(f)) => {
+            if let Err(e) = run(f) {
+                eprintln!("tidewire-master: {e}");
+                std::process::exit(1);
+            }
+        }
+        Err(e) => {
+            eprintln!("tidewire-master: {e}");
+            std::process::exit(2);
+        }
+    }
+}

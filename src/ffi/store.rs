@@ -1,0 +1,578 @@
+//! `tw_store_*`: the Store client's C API (Mooncake Store semantics).
+//!
+//! Return values are Mooncake Store codes, not `tw_result`: 0 (or a count / byte length) on
+//! success, a negative `TW_STORE_*` code otherwise; batch calls write one code per key into a
+//! caller array and return 0 when the batch ran (a negative code when the arguments themselves
+//! are unusable: NULL arrays, a NULL handle). `tw_last_error_message()` gives the detail of a
+//! failed call. Every function is thread-safe on one `tw_store`; none retains caller pointers.
+
+#[path = "store_args.rs"]
+mod args;
+
+use super::ffi_boundary;
+use args::{arr, arr_mut, bad, keys, store, write_config};
+
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(c) => return c.into(),
+        }
+    };
+}
+use super::status::set_last_error;
+use crate::store::copying::Fetched;
+use crate::store::proto::code;
+use crate::store::{StoreClient, StoreConfig};
+use std::ffi::{c_char, c_void};
+
+// The literals are for cbindgen; the assertion below checks them against `proto::code` when the
+// crate compiles.
+
+/// Success.
+pub const TW_STORE_OK: i32 = 0;
+/// Internal error.
+pub const TW_STORE_INTERNAL_ERROR: i32 = -1;
+/// Buffer overflow.
+pub const TW_STORE_BUFFER_OVERFLOW: i32 = -10;
+/// Segment not found.
+pub const TW_STORE_SEGMENT_NOT_FOUND: i32 = -101;
+/// No space left in any segment.
+pub const TW_STORE_NO_AVAILABLE_HANDLE: i32 = -200;
+/// Invalid parameters (bad key, pointer or size; destination too small).
+pub const TW_STORE_INVALID_PARAMS: i32 = -600;
+/// The object is being written.
+pub const TW_STORE_REPLICA_IS_NOT_READY: i32 = -703;
+/// No such object.
+pub const TW_STORE_OBJECT_NOT_FOUND: i32 = -704;
+/// Remove refused: a read lease is active.
+pub const TW_STORE_OBJECT_HAS_LEASE: i32 = -706;
+/// The lease ran out before the read finished.
+pub const TW_STORE_LEASE_EXPIRED: i32 = -707;
+/// A data transfer failed.
+pub const TW_STORE_TRANSFER_FAIL: i32 = -800;
+/// The master is unreachable.
+pub const TW_STORE_RPC_FAIL: i32 = -900;
+/// The master did not answer in time.
+pub const TW_STORE_RPC_TIMEOUT: i32 = -901;
+
+const _: () = {
+    let pairs = [
+        (TW_STORE_OK, code::OK),
+        (TW_STORE_INTERNAL_ERROR, code::INTERNAL_ERROR),
+        (TW_STORE_BUFFER_OVERFLOW, code::BUFFER_OVERFLOW),
+        (TW_STORE_SEGMENT_NOT_FOUND, code::SEGMENT_NOT_FOUND),
+        (TW_STORE_NO_AVAILABLE_HANDLE, code::NO_AVAILABLE_HANDLE),
+        (TW_STORE_INVALID_PARAMS, code::INVALID_PARAMS),
+        (TW_STORE_REPLICA_IS_NOT_READY, code::REPLICA_IS_NOT_READY),
+        (TW_STORE_OBJECT_NOT_FOUND, code::OBJECT_NOT_FOUND),
+        (TW_STORE_OBJECT_HAS_LEASE, code::OBJECT_HAS_LEASE),
+        (TW_STORE_LEASE_EXPIRED, code::LEASE_EXPIRED),
+        (TW_STORE_TRANSFER_FAIL, code::TRANSFER_FAIL),
+        (TW_STORE_RPC_FAIL, code::RPC_FAIL),
+        (TW_STORE_RPC_TIMEOUT, code::RPC_TIMEOUT),
+    ];
+    let mut i = 0;
+    while i < pairs.len() {
+        assert!(
+            pairs[i].0 == pairs[i].1,
+            "a TW_STORE_* literal differs from proto::code"
+        );
+        i += 1;
+    }
+};
+
+/// A store client handle (from `tw_store_setup`).
+pub struct tw_store {
+    client: StoreClient,
+}
+
+/// Mooncake's `ReplicateConfig`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct tw_store_replicate_config {
+    /// Replicas on distinct segments, best effort (0 means 1).
+    pub replica_num: u32,
+    /// Never evicted (fixed when the object is created).
+    pub with_hard_pin: bool,
+    /// Evicted only after unpinned objects while the soft-pin TTL runs.
+    pub with_soft_pin: bool,
+    /// Comma-separated segment names to place replicas on first, or NULL.
+    pub preferred_segments: *const c_char,
+}
+
+/// A value fetched by `tw_store_get_copy`: `data[0..len]`, valid until
+/// `tw_store_value_release` (which must be called once per successful value).
+#[repr(C)]
+#[derive(Debug)]
+pub struct tw_store_value {
+    /// The bytes (NULL when the key failed).
+    pub data: *const u8,
+    /// Length.
+    pub len: u64,
+    /// Owner token for `tw_store_value_release`.
+    pub owner: *mut c_void,
+}
+
+/// Creates a store client (Mooncake's `setup`): starts an engine on `local_hostname` with
+/// `metadata_server` (`P2PHANDSHAKE` or `http://host:port/metadata`), maps and mounts a
+/// `global_segment_size` segment (0 = none), a `local_buffer_size` staging buffer, and connects
+/// to `master_server_address` (`host:port`). `protocol` is `tcp` or `rdma`; `device_name` may be
+/// NULL. On success writes the handle to `*out` (free it with `tw_store_free`).
+///
+/// # Safety
+/// Strings are NULL or valid C strings; `out` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_setup(
+    local_hostname: *const c_char,
+    metadata_server: *const c_char,
+    global_segment_size: u64,
+    local_buffer_size: u64,
+    protocol: *const c_char,
+    device_name: *const c_char,
+    master_server_address: *const c_char,
+    out: *mut *mut tw_store,
+) -> i32 {
+    ffi_boundary!(code::INTERNAL_ERROR, {
+        if out.is_null() {
+            return bad("out is NULL");
+        }
+        let s = |p: *const c_char, what: &str, dflt: &str| -> Result<String, i32> {
+            if p.is_null() {
+                return Ok(dflt.to_string());
+            }
+            // SAFETY: non-NULL C string per the contract.
+            unsafe { super::str_arg(p, what) }
+                .map(String::from)
+                .map_err(|e| bad(e.to_string()))
+        };
+        let cfg = StoreConfig {
+            local_hostname: tri!(s(local_hostname, "local_hostname", "")),
+            metadata_server: tri!(s(metadata_server, "metadata_server", "P2PHANDSHAKE")),
+            global_segment_size,
+            local_buffer_size,
+            protocol: tri!(s(protocol, "protocol", "tcp")),
+            device_name: tri!(s(device_name, "device_name", "")),
+            master_server_address: tri!(s(
+                master_server_address,
+                "master_server_address",
+                "127.0.0.1:50051"
+            )),
+        };
+        match StoreClient::setup(&cfg) {
+            Ok(client) => {
+                // SAFETY: `out` is non-NULL and writable per the contract.
+                unsafe { *out = Box::into_raw(Box::new(tw_store { client })) };
+                code::OK
+            }
+            Err(e) => {
+                set_last_error(e.message.clone());
+                e.code
+            }
+        }
+    })
+}
+
+/// Closes a client: unmounts its segment (its objects go with it), stops its engine and frees
+/// the handle. NULL is ignored. No call may be running on the handle.
+///
+/// # Safety
+/// `s` is NULL or a live handle, freed once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_free(s: *mut tw_store) {
+    ffi_boundary!((), {
+        if !s.is_null() {
+            // SAFETY: a live handle from `tw_store_setup`, freed once per the contract.
+            drop(unsafe { Box::from_raw(s) });
+        }
+    })
+}
+
+/// Copies this client's endpoint (`host:port`, its segment name) into `buf[..len]`,
+/// NUL-terminated. `TW_STORE_BUFFER_OVERFLOW` when it does not fit.
+///
+/// # Safety
+/// `s` is a live handle; `buf` is writable for `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_hostname(
+    s: *const tw_store,
+    buf: *mut c_char,
+    len: usize,
+) -> i32 {
+    ffi_boundary!(code::INTERNAL_ERROR, {
+        // SAFETY: per the contract.
+        let c = tri!(unsafe { store(s) });
+        // SAFETY: `buf` is writable for `len` bytes per the contract.
+        if unsafe { super::write_c_string(&c.hostname(), buf, len) } {
+            code::OK
+        } else {
+            set_last_error("hostname buffer too small or NULL".into());
+            code::BUFFER_OVERFLOW
+        }
+    })
+}
+
+/// 0 healthy, 2 master unreachable.
+///
+/// # Safety
+/// `s` is NULL or a live handle (NULL gives 1, "not initialised").
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_health_check(s: *const tw_store) -> i32 {
+    ffi_boundary!(code::INTERNAL_ERROR, {
+        // SAFETY: per the contract.
+        match unsafe { s.as_ref() } {
+            None => 1,
+            Some(s) => s.client.health_check(),
+        }
+    })
+}
+
+/// Registers `[addr, addr+len)` with the client's engine (local-only) for zero-copy calls.
+///
+/// # Safety
+/// `s` is a live handle; the range stays valid until `tw_store_unregister_buffer`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_register_buffer(
+    s: *const tw_store,
+    addr: *mut c_void,
+    len: u64,
+) -> i32 {
+    ffi_boundary!(code::INTERNAL_ERROR, {
+        // SAFETY: per the contract.
+        let c = tri!(unsafe { store(s) });
+        if addr.is_null() || len == 0 {
+            return bad("register_buffer: NULL address or zero length");
+        }
+        match c.engine().register_memory(addr as u64, len, "cpu:0", false) {
+            Ok(()) => code::OK,
+            Err(e) => bad(e.to_string()),
+        }
+    })
+}
+
+/// Drops the registration starting at `addr`.
+///
+/// # Safety
+/// `s` is a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_unregister_buffer(s: *const tw_store, addr: *mut c_void) -> i32 {
+    ffi_boundary!(code::INTERNAL_ERROR, {
+        // SAFETY: per the contract.
+        let c = tri!(unsafe { store(s) });
+        match c.engine().unregister_memory(addr as u64) {
+            Ok(()) => code::OK,
+            Err(e) => bad(e.to_string()),
+        }
+    })
+}
+
+/// Zero-copy put (`upsert == 0`: create-only; otherwise create-or-replace) of `n` keys from
+/// `ptrs[i][0..sizes[i]]`; one code per key in `results` (0 or negative). `copy != 0` stages
+/// each value in the local buffer first (Mooncake's copying `put`/`upsert`). `cfg` may be NULL.
+///
+/// # Safety
+/// `s` is a live handle; `keys`, `ptrs`, `sizes` hold `n` elements, each `ptrs[i]` readable for
+/// `sizes[i]` bytes and unchanged during the call; `results` is writable for `n` elements.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_put(
+    s: *const tw_store,
+    keys_in: *const *const c_char,
+    ptrs: *const *const c_void,
+    sizes: *const u64,
+    n: usize,
+    upsert: i32,
+    copy: i32,
+    cfg: *const tw_store_replicate_config,
+    results: *mut i32,
+) -> i32 {
+    ffi_boundary!(code::INTERNAL_ERROR, {
+        // SAFETY: pointers as documented in this function's contract.
+        let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
+        let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
+        let ps = tri!(unsafe { arr(ptrs, n, "ptrs") });
+        // SAFETY: pointers as documented in this function's contract.
+        let ss = tri!(unsafe { arr(sizes, n, "sizes") });
+        // SAFETY: pointers as documented in this function's contract.
+        let out = tri!(unsafe { arr_mut(results, n, "results") });
+        // SAFETY: per the contract above.
+        let wcfg = unsafe { write_config(cfg) };
+        let r = if copy != 0 {
+            let values: Vec<&[u8]> = ps
+                .iter()
+                .zip(ss)
+                .map(|(&p, &l)| {
+                    if p.is_null() || l == 0 {
+                        &[][..]
+                    } else {
+                        // SAFETY: readable for `l` bytes per the contract.
+                        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), l as usize) }
+                    }
+                })
+                .collect();
+            let items: Vec<(&str, &[&[u8]])> = ks
+                .iter()
+                .zip(&values)
+                .map(|(k, v)| (*k, std::slice::from_ref(v)))
+                .collect();
+            c.put_values(&items, upsert != 0, &wcfg)
+        } else {
+            let items: Vec<(&str, u64, u64)> = ks
+                .iter()
+                .zip(ps.iter().zip(ss))
+                .map(|(k, (p, l))| (*k, *p as u64, *l))
+                .collect();
+            // SAFETY: each buffer is readable and unchanged during the call per the contract.
+            unsafe { c.put_from(&items, upsert != 0, &wcfg) }
+        };
+        out.copy_from_slice(&r);
+        code::OK
+    })
+}
+
+/// Zero-copy get of `n` keys into `ptrs[i][0..caps[i]]`; per key in `results`: bytes read or a
+/// negative code (-704 missing, -600 buffer too small).
+///
+/// # Safety
+/// `s` is a live handle; arrays hold `n` elements; each `ptrs[i]` is writable for `caps[i]`
+/// bytes and unshared during the call; `results` is writable for `n` elements.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_get_into(
+    s: *const tw_store,
+    keys_in: *const *const c_char,
+    ptrs: *const *mut c_void,
+    caps: *const u64,
+    n: usize,
+    results: *mut i64,
+) -> i32 {
+    ffi_boundary!(code::INTERNAL_ERROR, {
+        // SAFETY: pointers as documented in this function's contract.
+        let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
+        let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
+        let ps = tri!(unsafe { arr(ptrs, n, "ptrs") });
+        // SAFETY: pointers as documented in this function's contract.
+        let cs = tri!(unsafe { arr(caps, n, "caps") });
+        // SAFETY: pointers as documented in this function's contract.
+        let out = tri!(unsafe { arr_mut(results, n, "results") });
+        let items: Vec<(&str, u64, u64)> = ks
+            .iter()
+            .zip(ps.iter().zip(cs))
+            .map(|(k, (p, l))| (*k, *p as u64, *l))
+            .collect();
+        // SAFETY: each destination is writable and unshared per the contract.
+        out.copy_from_slice(&unsafe { c.get_into(&items) });
+        code::OK
+    })
+}
+
+/// Copying get of `n` keys: per key `values[i]` (release each successful one with
+/// `tw_store_value_release`) and in `results` its length or a negative code.
+///
+/// # Safety
+/// `s` is a live handle; `keys_in` holds `n` keys; `values` and `results` are writable for `n`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_get_copy(
+    s: *const tw_store,
+    keys_in: *const *const c_char,
+    n: usize,
+    values: *mut tw_store_value,
+    results: *mut i64,
+) -> i32 {
+    ffi_boundary!(code::INTERNAL_ERROR, {
+        // SAFETY: pointers as documented in this function's contract.
+        let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
+        let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
+        let vs = tri!(unsafe { arr_mut(values, n, "values") });
+        // SAFETY: pointers as documented in this function's contract.
+        let out = tri!(unsafe { arr_mut(results, n, "results") });
+        for ((r, v), o) in c
+            .get_values(&ks)
+            .into_iter()
+            .zip(vs.iter_mut())
+            .zip(out.iter_mut())
+        {
+            match r {
+                Ok(f) => {
+                    let b = f.bytes();
+                    let (data, len) = (b.as_ptr(), b.len() as u64);
+                    *v = tw_store_value {
+                        data,
+                        len,
+                        owner: Box::into_raw(Box::new(f)).cast(),
+                    };
+                    *o = len as i64;
+                }
+                Err(e) => {
+                    *v = tw_store_value {
+                        data: std::ptr::null(),
+                        len: 0,
+                        owner: std::ptr::null_mut(),
+                    };
+                    *o = e as i64;
+                }
+            }
+        }
+        code::OK
+    })
+}
+
+/// Releases a value from `tw_store_get_copy` (NULL and already-released values are ignored).
+///
+/// # Safety
+/// `v` is NULL or a value written by `tw_store_get_copy`, not copied elsewhere and released.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_value_release(v: *mut tw_store_value) {
+    ffi_boundary!((), {
+        // SAFETY: per the contract above.
+        if let Some(v) = unsafe { v.as_mut() } {
+            if !v.owner.is_null() {
+                // SAFETY: `owner` came from `Box::into_raw` in `tw_store_get_copy`, once.
+                drop(unsafe { Box::from_raw(v.owner.cast::<Fetched>()) });
+            }
+            v.owner = std::ptr::null_mut();
+            v.data = std::ptr::null();
+            v.len = 0;
+        }
+    })
+}
+
+/// Ranged reads: fragment `i` copies `[src_offsets[i], +lens[i])` of object `keys[i]` to
+/// `dsts[i]`; per fragment in `results`: bytes read or a negative code.
+///
+/// # Safety
+/// `s` is a live handle; arrays hold `n` elements; each `dsts[i]` is writable for `lens[i]`
+/// bytes and unshared during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_get_ranges(
+    s: *const tw_store,
+    keys_in: *const *const c_char,
+    dsts: *const *mut c_void,
+    src_offsets: *const u64,
+    lens: *const u64,
+    n: usize,
+    results: *mut i64,
+) -> i32 {
+    ffi_boundary!(code::INTERNAL_ERROR, {
+        // SAFETY: pointers as documented in this function's contract.
+        let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
+        let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
+        let ds = tri!(unsafe { arr(dsts, n, "dsts") });
+        // SAFETY: pointers as documented in this function's contract.
+        let os = tri!(unsafe { arr(src_offsets, n, "src_offsets") });
+        // SAFETY: pointers as documented in this function's contract.
+        let ls = tri!(unsafe { arr(lens, n, "lens") });
+        // SAFETY: pointers as documented in this function's contract.
+        let out = tri!(unsafe { arr_mut(results, n, "results") });
+        let frags: Vec<(&str, u64, u64, u64)> = (0..n)
+            .map(|i| (ks[i], ds[i] as u64, os[i], ls[i]))
+            .collect();
+        // SAFETY: each destination is writable and unshared per the contract.
+        out.copy_from_slice(&unsafe { c.get_ranges(&frags) });
+        code::OK
+    })
+}
+
+/// Size of an object, or a negative code (-704 missing).
+///
+/// # Safety
+/// `s` is a live handle; `key` is a C string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_get_size(s: *const tw_store, key: *const c_char) -> i64 {
+    ffi_boundary!(code::INTERNAL_ERROR as i64, {
+        // SAFETY: `s` is a live handle per the contract above.
+        let c = tri!(unsafe { store(s) }.map_err(i64::from));
+        // SAFETY: pointers as documented in this function's contract.
+        let k = tri!(unsafe { keys(&key, 1) }.map_err(i64::from));
+        match c.sizes(&k)[0] {
+            Ok(n) => n as i64,
+            Err(e) => e as i64,
+        }
+    })
+}
+
+/// Existence of `n` keys: per key 1, 0, or a negative code.
+///
+/// # Safety
+/// `s` is a live handle; `keys_in` holds `n` keys; `results` is writable for `n`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_exist(
+    s: *const tw_store,
+    keys_in: *const *const c_char,
+    n: usize,
+    results: *mut i32,
+) -> i32 {
+    ffi_boundary!(code::INTERNAL_ERROR, {
+        // SAFETY: pointers as documented in this function's contract.
+        let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
+        let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
+        let out = tri!(unsafe { arr_mut(results, n, "results") });
+        out.copy_from_slice(&c.exist(&ks));
+        code::OK
+    })
+}
+
+/// Removes `n` keys: per key 0, -704 missing, -706 leased (unless `force`).
+///
+/// # Safety
+/// `s` is a live handle; `keys_in` holds `n` keys; `results` is writable for `n`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_remove(
+    s: *const tw_store,
+    keys_in: *const *const c_char,
+    n: usize,
+    force: bool,
+    results: *mut i32,
+) -> i32 {
+    ffi_boundary!(code::INTERNAL_ERROR, {
+        // SAFETY: pointers as documented in this function's contract.
+        let c = tri!(unsafe { store(s) });
+        // SAFETY: pointers as documented in this function's contract.
+        let ks = tri!(unsafe { keys(keys_in, n) });
+        // SAFETY: pointers as documented in this function's contract.
+        let out = tri!(unsafe { arr_mut(results, n, "results") });
+        out.copy_from_slice(&c.remove(&ks, force));
+        code::OK
+    })
+}
+
+/// Removes every key matching `pattern` (regex); the count, or a negative code.
+///
+/// # Safety
+/// `s` is a live handle; `pattern` is a C string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_remove_by_regex(
+    s: *const tw_store,
+    pattern: *const c_char,
+    force: bool,
+) -> i64 {
+    ffi_boundary!(code::INTERNAL_ERROR as i64, {
+        // SAFETY: `s` is a live handle per the contract above.
+        let c = tri!(unsafe { store(s) }.map_err(i64::from));
+        // SAFETY: `pattern` is a C string per the contract above.
+        let p = unsafe { super::str_arg(pattern, "pattern") };
+        let p = tri!(p.map_err(|e| bad(e.to_string()) as i64));
+        c.remove_by_regex(p, force)
+    })
+}
+
+/// Removes every key; the count, or a negative code.
+///
+/// # Safety
+/// `s` is a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tw_store_remove_all(s: *const tw_store, force: bool) -> i64 {
+    ffi_boundary!(code::INTERNAL_ERROR as i64, {
+        // SAFETY: `s` is a live handle per the contract above.
+        let c = tri!(unsafe { store(s) }.map_err(i64::from));
+        c.remove_all(force)
+    })
+}

@@ -1,0 +1,89 @@
+//! Metadata-only calls: sizes, existence, removal.
+
+use super::client::StoreClient;
+use super::flows::key_ok;
+use super::proto::{KeyVersion, MAX_BATCH, Reply, Request, code};
+
+impl StoreClient {
+    /// Sizes (a lease-free peek is not available: this grants a lease like Mooncake's query).
+    pub fn sizes(&self, keys: &[&str]) -> Vec<Result<u64, i32>> {
+        let mut out: Vec<Result<u64, i32>> = vec![Err(code::INVALID_PARAMS); keys.len()];
+        let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
+        for chunk in idx.chunks(MAX_BATCH) {
+            let req = Request::Get {
+                keys: chunk.iter().map(|&i| keys[i].to_string()).collect(),
+            };
+            match self.shared.conn.call(&req) {
+                Ok(Reply::Replicas { results, .. }) if results.len() == chunk.len() => {
+                    let mut done = Vec::new();
+                    for (g, &i) in results.iter().zip(chunk) {
+                        out[i] = if g.code == code::OK {
+                            done.push(KeyVersion {
+                                key: keys[i].to_string(),
+                                version: g.version,
+                            });
+                            Ok(g.size)
+                        } else {
+                            Err(g.code)
+                        };
+                    }
+                    if !done.is_empty() {
+                        self.shared.conn.notify(&Request::ReadDone { items: done });
+                    }
+                }
+                Ok(_) => chunk.iter().for_each(|&i| out[i] = Err(code::RPC_FAIL)),
+                Err(e) => chunk.iter().for_each(|&i| out[i] = Err(e.code)),
+            }
+        }
+        out
+    }
+
+    fn codes(&self, keys: &[&str], make: impl Fn(Vec<String>) -> Request) -> Vec<i32> {
+        let mut out = vec![code::INVALID_PARAMS; keys.len()];
+        let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
+        for chunk in idx.chunks(MAX_BATCH) {
+            let req = make(chunk.iter().map(|&i| keys[i].to_string()).collect());
+            match self.shared.conn.call(&req) {
+                Ok(Reply::Codes { codes }) if codes.len() == chunk.len() => {
+                    for (c, &i) in codes.into_iter().zip(chunk) {
+                        out[i] = c;
+                    }
+                }
+                Ok(_) => chunk.iter().for_each(|&i| out[i] = code::RPC_FAIL),
+                Err(e) => chunk.iter().for_each(|&i| out[i] = e.code),
+            }
+        }
+        out
+    }
+
+    /// Per key: 1 present, 0 absent, negative on error. Grants a lease (as Mooncake).
+    pub fn exist(&self, keys: &[&str]) -> Vec<i32> {
+        self.codes(keys, |keys| Request::Exist { keys })
+    }
+
+    /// Per key: 0, `OBJECT_NOT_FOUND`, `OBJECT_HAS_LEASE` (unless `force`), ...
+    pub fn remove(&self, keys: &[&str], force: bool) -> Vec<i32> {
+        self.codes(keys, |keys| Request::Remove { keys, force })
+    }
+
+    fn count(&self, req: Request) -> i64 {
+        match self.shared.conn.call(&req) {
+            Ok(Reply::Count { count }) => count,
+            Ok(_) => code::RPC_FAIL as i64,
+            Err(e) => e.code as i64,
+        }
+    }
+
+    /// Removes keys matching `pattern`; the count, or a negative code.
+    pub fn remove_by_regex(&self, pattern: &str, force: bool) -> i64 {
+        self.count(Request::RemoveByRegex {
+            pattern: pattern.to_string(),
+            force,
+        })
+    }
+
+    /// Removes every key; the count, or a negative code.
+    pub fn remove_all(&self, force: bool) -> i64 {
+        self.count(Request::RemoveAll { force })
+    }
+}

@@ -1,0 +1,628 @@
+//! Put/upsert/get/remove flows. Writes: PutStart on the master, then the bytes go straight from
+//! the caller's memory to each replica (one engine batch for the whole call, or memcpy when the
+//! replica is in this process's own segment), then PutEnd, or PutRevoke for keys whose transfer
+//! failed. Reads: Get (grants a lease and counts a reader), one engine READ batch into the
+//! caller's memory, a lease check, then a one-way ReadDone. Results are per key.
+
+use super::client::{Shared, StoreClient};
+use super::mem::{Copy, copy_all};
+use super::proto::{
+    GetResult, KeyVersion, MAX_BATCH, MAX_KEY_LEN, PutItem, ReplicaDesc, Reply, Request,
+    StartResult, WriteConfig, code,
+};
+use crate::engine::{Request as Xfer, TaskState};
+use crate::error::ErrorKind;
+use crate::transport::Opcode;
+use std::time::{Duration, Instant};
+
+/// Source of key `i`'s bytes for one replica (`true`: an engine WRITE will read it).
+pub(crate) type SrcFn<'a> = dyn FnMut(usize, bool) -> Result<u64, i32> + 'a;
+
+/// A key and a caller buffer (address and length).
+pub type KeyBuf<'a> = (&'a str, u64, u64);
+
+pub(crate) fn key_ok(k: &str) -> bool {
+    !k.is_empty() && k.len() <= MAX_KEY_LEN
+}
+
+/// How one engine batch ended.
+pub(crate) enum BatchEnd {
+    /// Per request: completed or not.
+    Done(Vec<bool>),
+    /// Rejected at submit (nothing moved): the code for every request.
+    Rejected(i32),
+    /// The deadline passed with work in flight: buffers may still be written.
+    TimedOut,
+}
+
+impl Shared {
+    pub(crate) fn own_segment(&self, r: &ReplicaDesc) -> bool {
+        r.endpoint == self.engine.name()
+            && self
+                .segment
+                .as_ref()
+                .is_some_and(|s| s.contains(r.addr, r.len))
+    }
+
+    /// Resolves segment names to engine ids, each distinct name once per call.
+    pub(crate) fn resolver(&self) -> impl FnMut(&str) -> Option<crate::engine::SegmentId> + '_ {
+        let mut cache: Vec<(String, Option<crate::engine::SegmentId>)> = Vec::new();
+        move |name: &str| {
+            if let Some((_, id)) = cache.iter().find(|(n, _)| n == name) {
+                return *id;
+            }
+            let id = self.engine.open_segment(name).ok();
+            cache.push((name.to_string(), id));
+            id
+        }
+    }
+
+    /// Whether caller memory may be touched: registered with the engine, or at least mapped.
+    pub(crate) fn usable(&self, addr: u64, len: u64) -> bool {
+        self.engine.memory_location(addr).is_ok() || super::mem::range_mapped(addr, len)
+    }
+
+    /// Runs one batch of requests. Local ranges the engine does not know are registered for the
+    /// duration of the batch (local-only), as Mooncake tolerates unregistered buffers on TCP.
+    pub(crate) fn run_batch(&self, reqs: &[Xfer], bytes: u64) -> BatchEnd {
+        if reqs.is_empty() {
+            return BatchEnd::Done(Vec::new());
+        }
+        let e = &self.engine;
+        let Ok(id) = e.alloc_batch(reqs.len()) else {
+            return BatchEnd::Rejected(code::INTERNAL_ERROR);
+        };
+        let mut temp: Vec<u64> = Vec::new();
+        let mut res = e.submit(id, reqs);
+        if matches!(&res, Err(err) if err.kind() == ErrorKind::AddressNotRegistered) {
+            let mut ranges: Vec<(u64, u64)> = reqs.iter().map(|r| (r.local, r.len)).collect();
+            ranges.sort_unstable();
+            ranges.dedup();
+            for (a, l) in ranges {
+                if e.memory_location(a).is_err() && e.register_memory(a, l, "cpu:0", false).is_ok()
+                {
+                    temp.push(a);
+                }
+            }
+            res = e.submit(id, reqs);
+        }
+        let end = match res {
+            Err(err) => BatchEnd::Rejected(match err.kind() {
+                ErrorKind::AddressNotRegistered | ErrorKind::InvalidArgument => {
+                    code::INVALID_PARAMS
+                }
+                _ => code::TRANSFER_FAIL,
+            }),
+            Ok(()) => {
+                let budget = self.transfer_timeout + Duration::from_millis(bytes / (64 << 10));
+                let _ = e.wait_batch(id, Some(budget));
+                let mut ok = Vec::with_capacity(reqs.len());
+                let mut pending = false;
+                for i in 0..reqs.len() {
+                    match e.task_status(id, i).map(|s| s.state) {
+                        Ok(TaskState::Completed) => ok.push(true),
+                        Ok(TaskState::Failed) | Err(_) => ok.push(false),
+                        Ok(_) => {
+                            pending = true;
+                            ok.push(false);
+                        }
+                    }
+                }
+                if pending {
+                    BatchEnd::TimedOut
+                } else {
+                    BatchEnd::Done(ok)
+                }
+            }
+        };
+        if !matches!(end, BatchEnd::TimedOut) {
+            let _ = e.free_batch(id);
+            if !temp.is_empty() {
+                let _ = e.unregister_memory_batch(&temp);
+            }
+        }
+        end
+    }
+
+    /// One master-sized chunk of writes. `src(i, remote)` gives key `i`'s source address: for a
+    /// copy into our own segment (`remote == false`) any readable memory, for an engine WRITE
+    /// memory the engine may use (the copying API stages only then).
+    fn put_chunk(
+        &self,
+        items: &[KeyBuf<'_>],
+        src: &mut SrcFn<'_>,
+        upsert: bool,
+        cfg: &WriteConfig,
+        out: &mut [i32],
+    ) {
+        let mut wcfg = cfg.clone();
+        if self.segment.is_some() {
+            wcfg.local_segment = self.engine.name().to_string();
+        }
+        let reply = self.conn.call(&Request::PutStart {
+            client_id: self.client_id,
+            upsert,
+            items: items
+                .iter()
+                .map(|(k, _, len)| PutItem {
+                    key: k.to_string(),
+                    size: *len,
+                })
+                .collect(),
+            config: wcfg,
+        });
+        let starts: Vec<StartResult> = match reply {
+            Ok(Reply::Started { results }) if results.len() == items.len() => results,
+            Ok(_) => return out.fill(code::RPC_FAIL),
+            Err(e) => return out.fill(e.code),
+        };
+        // Plan: memcpy to our own segment now; engine WRITEs for the rest.
+        let mut open = self.resolver();
+        let mut reqs: Vec<Xfer> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        let mut failed = vec![false; items.len()];
+        let mut bytes = 0;
+        let mut copies: Vec<Copy> = Vec::new();
+        for (i, (st, &(_, _, len))) in starts.iter().zip(items).enumerate() {
+            if st.code != code::OK {
+                out[i] = st.code;
+                continue;
+            }
+            for r in &st.replicas {
+                let remote = !self.own_segment(r);
+                let from = match src(i, remote) {
+                    Ok(a) if self.usable(a, len) => a,
+                    Ok(_) => 0,
+                    Err(c) => {
+                        out[i] = c;
+                        0
+                    }
+                };
+                if from == 0 {
+                    if out[i] == code::OK {
+                        out[i] = code::INVALID_PARAMS;
+                    }
+                    failed[i] = true;
+                    break;
+                }
+                if r.len != len {
+                    failed[i] = true;
+                } else if !remote {
+                    copies.push(Copy {
+                        src: from,
+                        dst: r.addr,
+                        len,
+                    });
+                } else {
+                    match open(&r.endpoint) {
+                        Some(seg) => {
+                            reqs.push(Xfer {
+                                op: Opcode::Write,
+                                local: from,
+                                segment: seg,
+                                remote: r.addr,
+                                len,
+                            });
+                            owner.push(i);
+                            bytes += len;
+                        }
+                        None => failed[i] = true,
+                    }
+                }
+            }
+        }
+        // SAFETY: sources are caller memory readable for `len` (the `unsafe fn` contracts and
+        // `SrcFn`'s), destinations lie in our own live segment in buffers the master allocated
+        // to these writes (checked by `own_segment`); the ranges do not overlap.
+        unsafe { copy_all(&copies) };
+        match self.run_batch(&reqs, bytes) {
+            BatchEnd::Done(ok) => {
+                for (j, done) in ok.into_iter().enumerate() {
+                    if !done {
+                        failed[owner[j]] = true;
+                    }
+                }
+            }
+            BatchEnd::Rejected(c) => {
+                for &i in &owner {
+                    failed[i] = true;
+                    out[i] = c;
+                }
+            }
+            BatchEnd::TimedOut => {
+                // Writes may still land: send neither End nor Revoke for those keys; the master
+                // discards them after its timeout and reuses the space only later.
+                for &i in &owner {
+                    out[i] = code::TRANSFER_FAIL;
+                }
+                let skip: std::collections::HashSet<usize> = owner.iter().copied().collect();
+                return self.finish_writes(items, &starts, &failed, out, &skip);
+            }
+        }
+        self.finish_writes(items, &starts, &failed, out, &Default::default());
+    }
+
+    fn finish_writes(
+        &self,
+        items: &[KeyBuf<'_>],
+        starts: &[StartResult],
+        failed: &[bool],
+        out: &mut [i32],
+        skip: &std::collections::HashSet<usize>,
+    ) {
+        let mut end = Vec::new();
+        let mut end_idx = Vec::new();
+        let mut revoke = Vec::new();
+        for (i, st) in starts.iter().enumerate() {
+            if st.code != code::OK || skip.contains(&i) {
+                continue;
+            }
+            let kv = KeyVersion {
+                key: items[i].0.to_string(),
+                version: st.version,
+            };
+            if failed[i] {
+                if out[i] == code::OK {
+                    out[i] = code::TRANSFER_FAIL;
+                }
+                revoke.push(kv);
+            } else {
+                end.push(kv);
+                end_idx.push(i);
+            }
+        }
+        if !revoke.is_empty() {
+            let _ = self.conn.call(&Request::PutRevoke {
+                client_id: self.client_id,
+                items: revoke,
+            });
+        }
+        if end.is_empty() {
+            return;
+        }
+        match self.conn.call(&Request::PutEnd {
+            client_id: self.client_id,
+            items: end,
+        }) {
+            Ok(Reply::Codes { codes }) if codes.len() == end_idx.len() => {
+                for (c, i) in codes.into_iter().zip(end_idx) {
+                    out[i] = c;
+                }
+            }
+            Ok(_) => end_idx.into_iter().for_each(|i| out[i] = code::RPC_FAIL),
+            Err(e) => end_idx.into_iter().for_each(|i| out[i] = e.code),
+        }
+    }
+
+    /// Reads `keys`; `dst(i, size)` gives the destination address for key `i` (or a code).
+    pub(crate) fn get_chunk(
+        &self,
+        keys: &[&str],
+        dst: &mut dyn FnMut(usize, u64) -> Result<u64, i32>,
+        out: &mut [i64],
+    ) {
+        let t0 = Instant::now();
+        let reply = self.conn.call(&Request::Get {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        });
+        let (lease_ms, found): (u64, Vec<GetResult>) = match reply {
+            Ok(Reply::Replicas { lease_ms, results }) if results.len() == keys.len() => {
+                (lease_ms, results)
+            }
+            Ok(_) => return out.fill(code::RPC_FAIL as i64),
+            Err(e) => return out.fill(e.code as i64),
+        };
+        let mut reqs: Vec<Xfer> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        let mut bytes = 0;
+        let mut open = self.resolver();
+        let mut copies: Vec<Copy> = Vec::new();
+        for (i, g) in found.iter().enumerate() {
+            if g.code != code::OK {
+                out[i] = g.code as i64;
+                continue;
+            }
+            let dst = match dst(i, g.size) {
+                Ok(a) if self.usable(a, g.size) => a,
+                Ok(_) => {
+                    out[i] = code::INVALID_PARAMS as i64;
+                    continue;
+                }
+                Err(c) => {
+                    out[i] = c as i64;
+                    continue;
+                }
+            };
+            let pick = g
+                .replicas
+                .iter()
+                .find(|r| self.own_segment(r))
+                .or_else(|| g.replicas.first());
+            let Some(r) = pick.filter(|r| r.len == g.size) else {
+                out[i] = code::INTERNAL_ERROR as i64;
+                continue;
+            };
+            out[i] = g.size as i64;
+            if self.own_segment(r) {
+                copies.push(Copy {
+                    src: r.addr,
+                    dst,
+                    len: g.size,
+                });
+            } else {
+                match open(&r.endpoint) {
+                    Some(seg) => {
+                        reqs.push(Xfer {
+                            op: Opcode::Read,
+                            local: dst,
+                            segment: seg,
+                            remote: r.addr,
+                            len: g.size,
+                        });
+                        owner.push(i);
+                        bytes += g.size;
+                    }
+                    None => out[i] = code::TRANSFER_FAIL as i64,
+                }
+            }
+        }
+        // SAFETY: sources lie in our own live segment, in complete versions we hold a read on;
+        // destinations are caller memory of at least `len` writable bytes (`dst`'s contract).
+        unsafe { copy_all(&copies) };
+        match self.run_batch(&reqs, bytes) {
+            BatchEnd::Done(ok) => {
+                for (j, done) in ok.into_iter().enumerate() {
+                    if !done {
+                        out[owner[j]] = code::TRANSFER_FAIL as i64;
+                    }
+                }
+            }
+            BatchEnd::Rejected(c) => owner.iter().for_each(|&i| out[i] = c as i64),
+            BatchEnd::TimedOut => owner
+                .iter()
+                .for_each(|&i| out[i] = code::TRANSFER_FAIL as i64),
+        }
+        if t0.elapsed() > Duration::from_millis(lease_ms) {
+            for (i, g) in found.iter().enumerate() {
+                if g.code == code::OK && out[i] >= 0 {
+                    out[i] = code::LEASE_EXPIRED as i64;
+                }
+            }
+        }
+        let done: Vec<KeyVersion> = found
+            .iter()
+            .zip(keys)
+            .filter(|(g, _)| g.code == code::OK)
+            .map(|(g, k)| KeyVersion {
+                key: k.to_string(),
+                version: g.version,
+            })
+            .collect();
+        if !done.is_empty() {
+            self.conn.notify(&Request::ReadDone { items: done });
+        }
+    }
+}
+
+/// Splits `items` into master-sized chunks, runs `f` on each with its slice of `out`.
+fn chunked<T, R>(items: &[T], out: &mut [R], mut f: impl FnMut(&[T], &mut [R])) {
+    for (c, o) in items.chunks(MAX_BATCH).zip(out.chunks_mut(MAX_BATCH)) {
+        f(c, o);
+    }
+}
+
+impl StoreClient {
+    /// Writes each `(key, addr, len)` (create-only, or create-or-replace with `upsert`).
+    /// Per key: 0, or a negative code (`INVALID_PARAMS` for an empty/over-long key, a zero
+    /// length or a NULL address; `NO_AVAILABLE_HANDLE` when no segment has room). A create-only
+    /// put of an existing key is 0 and keeps the old value (Mooncake semantics).
+    ///
+    /// # Safety
+    /// Each `[addr, addr+len)` must be readable and not written during the call.
+    pub unsafe fn put_from(
+        &self,
+        items: &[KeyBuf<'_>],
+        upsert: bool,
+        cfg: &WriteConfig,
+    ) -> Vec<i32> {
+        let bad: Vec<bool> = items.iter().map(|it| it.1 == 0).collect();
+        let mut src = |i: usize, _remote: bool| Ok(items[i].1);
+        // SAFETY: forwarded contract: each source is readable and unchanged during the call.
+        let mut out = unsafe { self.put_with(items, upsert, cfg, &mut src, &bad) };
+        for (o, b) in out.iter_mut().zip(bad) {
+            if b {
+                *o = code::INVALID_PARAMS;
+            }
+        }
+        out
+    }
+
+    /// Writes `items` (`(key, _, len)`), taking each source from `src(index, remote)`; keys
+    /// with `skip[i]` are not written (their result is left 0 for the caller to set).
+    ///
+    /// # Safety
+    /// Every address `src` returns is readable for the key's `len` bytes during the call.
+    pub(crate) unsafe fn put_with(
+        &self,
+        items: &[KeyBuf<'_>],
+        upsert: bool,
+        cfg: &WriteConfig,
+        src: &mut SrcFn<'_>,
+        skip: &[bool],
+    ) -> Vec<i32> {
+        let mut out = vec![code::OK; items.len()];
+        let mut valid = Vec::with_capacity(items.len());
+        let mut idx = Vec::with_capacity(items.len());
+        for (i, it) in items.iter().enumerate() {
+            if skip[i] {
+                continue;
+            }
+            if !key_ok(it.0) || it.2 == 0 {
+                out[i] = code::INVALID_PARAMS;
+            } else {
+                valid.push(*it);
+                idx.push(i);
+            }
+        }
+        let mut sub = vec![code::OK; valid.len()];
+        let mut base = 0;
+        chunked(&valid, &mut sub, |c, o| {
+            let map = &idx[base..base + c.len()];
+            let mut local = |i: usize, remote: bool| src(map[i], remote);
+            self.shared.put_chunk(c, &mut local, upsert, cfg, o);
+            base += c.len();
+        });
+        for (r, i) in sub.into_iter().zip(idx) {
+            out[i] = if r == code::OBJECT_ALREADY_EXISTS && !upsert {
+                code::OK
+            } else {
+                r
+            };
+        }
+        out
+    }
+
+    /// Reads each key into `(addr, capacity)`. Per key: bytes read, or a negative code
+    /// (`OBJECT_NOT_FOUND`, `INVALID_PARAMS` when the buffer is too small or the arguments are
+    /// bad, `LEASE_EXPIRED`, `TRANSFER_FAIL`, `RPC_FAIL`).
+    ///
+    /// # Safety
+    /// Each `[addr, addr+capacity)` must be writable and not accessed by others during the call.
+    pub unsafe fn get_into(&self, items: &[KeyBuf<'_>]) -> Vec<i64> {
+        let mut out = vec![0i64; items.len()];
+        let mut valid = Vec::with_capacity(items.len());
+        let mut idx = Vec::with_capacity(items.len());
+        for (i, it) in items.iter().enumerate() {
+            if !key_ok(it.0) || it.1 == 0 {
+                out[i] = code::INVALID_PARAMS as i64;
+            } else {
+                valid.push(*it);
+                idx.push(i);
+            }
+        }
+        let mut sub = vec![0i64; valid.len()];
+        chunked(&valid, &mut sub, |c, o| {
+            let keys: Vec<&str> = c.iter().map(|it| it.0).collect();
+            let mut dst = |i: usize, size: u64| {
+                if size > c[i].2 {
+                    Err(code::INVALID_PARAMS)
+                } else {
+                    Ok(c[i].1)
+                }
+            };
+            self.shared.get_chunk(&keys, &mut dst, o)
+        });
+        for (r, i) in sub.into_iter().zip(idx) {
+            out[i] = r;
+        }
+        out
+    }
+
+    /// Ranged reads: for each `(key, dst_addr, src_offset, len)` fragment, reads
+    /// `[src_offset, src_offset+len)` of the object into `dst_addr`. Per fragment: bytes read or
+    /// a negative code (`INVALID_PARAMS` when the range exceeds the object).
+    ///
+    /// # Safety
+    /// Each `[dst_addr, dst_addr+len)` must be writable and unshared during the call.
+    pub unsafe fn get_ranges(&self, frags: &[(&str, u64, u64, u64)]) -> Vec<i64> {
+        let mut out = vec![code::INVALID_PARAMS as i64; frags.len()];
+        let mut keys: Vec<&str> = frags.iter().map(|f| f.0).filter(|k| key_ok(k)).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let sh = &self.shared;
+        let t0 = Instant::now();
+        let reply = sh.conn.call(&Request::Get {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        });
+        let (lease_ms, found) = match reply {
+            Ok(Reply::Replicas { lease_ms, results }) if results.len() == keys.len() => {
+                (lease_ms, results)
+            }
+            Ok(_) => return vec![code::RPC_FAIL as i64; frags.len()],
+            Err(e) => return vec![e.code as i64; frags.len()],
+        };
+        let mut reqs = Vec::new();
+        let mut owner = Vec::new();
+        let mut bytes = 0;
+        let mut open = sh.resolver();
+        for (i, &(k, dst, src_off, len)) in frags.iter().enumerate() {
+            let Ok(ki) = keys.binary_search(&k) else {
+                continue;
+            };
+            let g = &found[ki];
+            if g.code != code::OK {
+                out[i] = g.code as i64;
+                continue;
+            }
+            if dst == 0
+                || len == 0
+                || src_off.checked_add(len).is_none_or(|e| e > g.size)
+                || !sh.usable(dst, len)
+            {
+                continue;
+            }
+            let Some(r) = g
+                .replicas
+                .iter()
+                .find(|r| sh.own_segment(r))
+                .or_else(|| g.replicas.first())
+            else {
+                out[i] = code::INTERNAL_ERROR as i64;
+                continue;
+            };
+            out[i] = len as i64;
+            if sh.own_segment(r) {
+                // SAFETY: the source range lies inside the replica (bounds checked against the
+                // object size) in our own live segment; the caller guarantees the destination.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (r.addr + src_off) as *const u8,
+                        dst as *mut u8,
+                        len as usize,
+                    )
+                };
+            } else if let Some(seg) = open(&r.endpoint) {
+                reqs.push(Xfer {
+                    op: Opcode::Read,
+                    local: dst,
+                    segment: seg,
+                    remote: r.addr + src_off,
+                    len,
+                });
+                owner.push(i);
+                bytes += len;
+            } else {
+                out[i] = code::TRANSFER_FAIL as i64;
+            }
+        }
+        match sh.run_batch(&reqs, bytes) {
+            BatchEnd::Done(ok) => ok
+                .into_iter()
+                .enumerate()
+                .filter(|(_, d)| !d)
+                .for_each(|(j, _)| out[owner[j]] = code::TRANSFER_FAIL as i64),
+            BatchEnd::Rejected(c) => owner.iter().for_each(|&i| out[i] = c as i64),
+            BatchEnd::TimedOut => owner
+                .iter()
+                .for_each(|&i| out[i] = code::TRANSFER_FAIL as i64),
+        }
+        if t0.elapsed() > Duration::from_millis(lease_ms) {
+            out.iter_mut()
+                .filter(|r| **r >= 0)
+                .for_each(|r| *r = code::LEASE_EXPIRED as i64);
+        }
+        let done: Vec<KeyVersion> = found
+            .iter()
+            .zip(&keys)
+            .filter(|(g, _)| g.code == code::OK)
+            .map(|(g, k)| KeyVersion {
+                key: k.to_string(),
+                version: g.version,
+            })
+            .collect();
+        if !done.is_empty() {
+            sh.conn.notify(&Request::ReadDone { items: done });
+        }
+        out
+    }
+}

@@ -1,0 +1,316 @@
+//! The store master: metadata only (segments, objects, leases, pins, client liveness), never
+//! object bytes. [`Master`] answers [`Request`]s; `server` serves them over TCP, `http` the
+//! optional HTTP metadata service and Prometheus metrics; `tidewire-master` wires them up.
+
+pub mod http;
+pub mod metrics;
+pub mod objects;
+pub mod segments;
+pub mod server;
+
+use crate::store::proto::{KeyVersion, Reply, Request, StartResult, code};
+use metrics::Metrics;
+use objects::Objects;
+use segments::{Segments, Strategy};
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Master behaviour (mooncake_master's flags, same defaults).
+#[derive(Debug, Clone)]
+pub struct MasterConfig {
+    /// Read lease granted by Get/Exist (`--default_kv_lease_ttl`, 10 s).
+    pub lease_ttl: Duration,
+    /// Soft-pin TTL (`--default_kv_soft_pin_ttl`, 30 min).
+    pub soft_pin_ttl: Duration,
+    /// Whether soft-pinned objects may be evicted (`--allow_evict_soft_pinned_objects`, true).
+    pub allow_evict_soft_pinned: bool,
+    /// Usage fraction that starts eviction (`--eviction_high_watermark_ratio`, 0.90).
+    pub eviction_high_watermark: f64,
+    /// Fraction of capacity one eviction pass frees (`--eviction_ratio`, 0.05).
+    pub eviction_ratio: f64,
+    /// A client silent this long is gone (`--client_ttl`, 10 s).
+    pub client_ttl: Duration,
+    /// An unfinished write older than this is discarded (`--put_start_discard_timeout_sec`, 30).
+    pub put_start_discard_timeout: Duration,
+    /// A discarded write's space is reused after this (`--put_start_release_timeout_sec`, 600).
+    pub put_start_release_timeout: Duration,
+    /// Placement (`--allocation_strategy`, random).
+    pub strategy: Strategy,
+}
+
+impl Default for MasterConfig {
+    fn default() -> Self {
+        MasterConfig {
+            lease_ttl: Duration::from_millis(10_000),
+            soft_pin_ttl: Duration::from_millis(1_800_000),
+            allow_evict_soft_pinned: true,
+            eviction_high_watermark: 0.90,
+            eviction_ratio: 0.05,
+            client_ttl: Duration::from_secs(10),
+            put_start_discard_timeout: Duration::from_secs(30),
+            put_start_release_timeout: Duration::from_secs(600),
+            strategy: Strategy::Random,
+        }
+    }
+}
+
+/// The master's state. Every method is thread-safe.
+pub struct Master {
+    cfg: MasterConfig,
+    segs: Segments,
+    objs: Objects,
+    /// client id -> last heartbeat.
+    clients: Mutex<HashMap<u64, Instant>>,
+    /// Prometheus counters.
+    pub metrics: Metrics,
+    ticks: AtomicU64,
+    /// Allocated bytes when the last watermark eviction freed nothing (skip until it changes).
+    stuck_at: AtomicU64,
+}
+
+impl Master {
+    /// A master with no segments.
+    pub fn new(cfg: MasterConfig) -> Master {
+        Master {
+            cfg,
+            segs: Segments::default(),
+            objs: Objects::default(),
+            clients: Mutex::default(),
+            metrics: Metrics::default(),
+            ticks: AtomicU64::new(0),
+            stuck_at: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MasterConfig {
+        &self.cfg
+    }
+
+    fn touch(&self, client_id: u64) {
+        self.clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(client_id, Instant::now());
+    }
+
+    /// Answers one request (`None` for one-way messages).
+    pub fn handle(&self, req: Request) -> Option<Reply> {
+        if let Err(m) = req.validate() {
+            return Some(Reply::Error {
+                code: code::INVALID_PARAMS,
+                message: m,
+            });
+        }
+        let t0 = Instant::now();
+        let name = req.name();
+        let reply = self.dispatch(req);
+        self.metrics.record(name, t0.elapsed());
+        reply
+    }
+
+    fn dispatch(&self, req: Request) -> Option<Reply> {
+        Some(match req {
+            Request::Mount {
+                client_id,
+                name,
+                base,
+                size,
+            } => {
+                self.touch(client_id);
+                match self.segs.mount(client_id, &name, base, size) {
+                    Ok(_) => Reply::Ok,
+                    Err(c) => Reply::Error {
+                        code: c,
+                        message: format!("segment {name:?} is mounted by another client"),
+                    },
+                }
+            }
+            Request::Unmount { client_id, name } => match self.segs.id_of(&name) {
+                Some(id) if self.segs.of_client(client_id).contains(&id) => {
+                    self.unmount(&HashSet::from([id]));
+                    Reply::Ok
+                }
+                _ => Reply::Error {
+                    code: code::SEGMENT_NOT_FOUND,
+                    message: format!("segment {name:?} is not mounted by this client"),
+                },
+            },
+            Request::Ping { client_id } => {
+                self.touch(client_id);
+                // Re-mount whenever the master holds no segment of this client (restart, or
+                // expired after missed heartbeats); clients without a segment ignore it.
+                Reply::Pong {
+                    remount: self.segs.of_client(client_id).is_empty(),
+                }
+            }
+            Request::PutStart {
+                client_id,
+                upsert,
+                items,
+                config,
+            } => {
+                self.touch(client_id);
+                let results: Vec<StartResult> = items
+                    .iter()
+                    .map(|it| {
+                        self.objs
+                            .start(it, upsert, &config, &self.cfg, &self.segs, || {
+                                self.allocate(it.size, &config)
+                            })
+                    })
+                    .collect();
+                Reply::Started { results }
+            }
+            Request::PutEnd { items, .. } => Reply::Codes {
+                codes: items
+                    .iter()
+                    .map(|kv| self.objs.end(kv, &self.segs))
+                    .collect(),
+            },
+            Request::PutRevoke { items, .. } => Reply::Codes {
+                codes: items
+                    .iter()
+                    .map(|kv| self.objs.revoke(kv, &self.segs))
+                    .collect(),
+            },
+            Request::Get { keys } => Reply::Replicas {
+                lease_ms: self.cfg.lease_ttl.as_millis() as u64,
+                results: keys.iter().map(|k| self.objs.get(k, &self.cfg)).collect(),
+            },
+            Request::ReadDone { items } => {
+                items
+                    .iter()
+                    .for_each(|kv: &KeyVersion| self.objs.read_done(kv, &self.segs));
+                return None;
+            }
+            Request::Exist { keys } => Reply::Codes {
+                codes: keys.iter().map(|k| self.objs.exist(k, &self.cfg)).collect(),
+            },
+            Request::Remove { keys, force } => Reply::Codes {
+                codes: keys
+                    .iter()
+                    .map(|k| self.objs.remove(k, force, &self.segs, &self.cfg))
+                    .collect(),
+            },
+            Request::RemoveByRegex { pattern, force } => match regex::Regex::new(&pattern) {
+                Ok(re) => Reply::Count {
+                    count: self.objs.remove_matching(
+                        |k| re.is_match(k),
+                        force,
+                        &self.segs,
+                        &self.cfg,
+                    ),
+                },
+                Err(e) => Reply::Error {
+                    code: code::INVALID_PARAMS,
+                    message: format!("bad regex: {e}"),
+                },
+            },
+            Request::RemoveAll { force } => Reply::Count {
+                count: self
+                    .objs
+                    .remove_matching(|_| true, force, &self.segs, &self.cfg),
+            },
+        })
+    }
+
+    /// Allocates, evicting once when the segments are full.
+    fn allocate(
+        &self,
+        size: u64,
+        config: &crate::store::proto::WriteConfig,
+    ) -> Result<Vec<segments::Replica>, i32> {
+        match self.segs.allocate(size, config, self.cfg.strategy) {
+            Err(code::NO_AVAILABLE_HANDLE) => {
+                let (_, _, cap) = self.segs.usage();
+                let target = ((cap as f64 * self.cfg.eviction_ratio) as u64).max(size);
+                if self.objs.evict(target, &self.segs, &self.cfg) == 0 {
+                    return Err(code::NO_AVAILABLE_HANDLE);
+                }
+                self.metrics
+                    .evictions
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.segs.allocate(size, config, self.cfg.strategy)
+            }
+            other => other,
+        }
+    }
+
+    fn unmount(&self, ids: &HashSet<u64>) {
+        for id in ids {
+            self.segs.unmount(*id);
+        }
+        let n = self.objs.drop_segments(ids);
+        if n > 0 {
+            tw_log!(
+                crate::log::Level::Info,
+                "master: dropped {n} objects with the unmounted segments"
+            );
+        }
+    }
+
+    /// Background work, run every ~100 ms by the server: expires silent clients (unmounting their
+    /// segments) every tick; every 10th tick frees retired buffers, discards stale writes and
+    /// evicts above the watermark (the passes that scan every object).
+    pub fn tick(&self) {
+        let n = self.ticks.fetch_add(1, Ordering::Relaxed);
+        self.expire_clients();
+        if n % 10 == 0 {
+            self.sweep();
+        }
+    }
+
+    /// Runs the object passes now (also what `tick` does every 10th call).
+    pub fn sweep(&self) {
+        self.objs.sweep(&self.segs, &self.cfg);
+        let (_, used, cap) = self.segs.usage();
+        if cap > 0
+            && used as f64 >= cap as f64 * self.cfg.eviction_high_watermark
+            && self.stuck_at.load(Ordering::Relaxed) != used
+        {
+            let target = (cap as f64 * self.cfg.eviction_ratio) as u64;
+            if target > 0 && self.objs.evict(target, &self.segs, &self.cfg) > 0 {
+                self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
+                self.stuck_at.store(u64::MAX, Ordering::Relaxed);
+            } else {
+                self.stuck_at.store(used, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn expire_clients(&self) {
+        let now = Instant::now();
+        let expired: Vec<u64> = {
+            let mut c = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+            let gone: Vec<u64> = c
+                .iter()
+                .filter(|(_, t)| now.duration_since(**t) > self.cfg.client_ttl)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in &gone {
+                c.remove(id);
+            }
+            gone
+        };
+        for id in expired {
+            let segs: HashSet<u64> = self.segs.of_client(id).into_iter().collect();
+            tw_log!(
+                crate::log::Level::Warn,
+                "master: client {id:#x} missed its heartbeats; unmounting {} segment(s)",
+                segs.len()
+            );
+            self.unmount(&segs);
+        }
+    }
+
+    /// Prometheus text exposition.
+    pub fn metrics_text(&self) -> String {
+        let (segments, used, cap) = self.segs.usage();
+        let clients = self.clients.lock().unwrap_or_else(|e| e.into_inner()).len();
+        self.metrics
+            .render(self.objs.count(), used, cap, segments, clients)
+    }
+}

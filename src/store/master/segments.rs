@@ -1,0 +1,320 @@
+//! Mounted segments, one offset allocator each, and replica placement.
+
+use crate::store::alloc::OffsetAllocator;
+use crate::store::proto::{ReplicaDesc, WriteConfig, code};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Most segments mounted at once (a bound on what clients can make the master hold).
+pub const MAX_SEGMENTS: usize = 16384;
+
+/// How segments are chosen for new replicas (`--allocation_strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// A random segment with room (Mooncake's default).
+    Random,
+    /// The segment with the largest free fraction first.
+    FreeRatioFirst,
+    /// The requester's own segment first, then random.
+    LocalFirst,
+}
+
+impl Strategy {
+    /// Parses a flag value.
+    pub fn parse(s: &str) -> Result<Strategy, String> {
+        match s {
+            "random" => Ok(Strategy::Random),
+            "free_ratio_first" => Ok(Strategy::FreeRatioFirst),
+            "local_first" => Ok(Strategy::LocalFirst),
+            other => Err(format!(
+                "allocation_strategy {other:?} is not supported (random | free_ratio_first | local_first)"
+            )),
+        }
+    }
+}
+
+/// One mounted segment.
+#[derive(Debug)]
+pub struct Segment {
+    /// Unique per mount (a re-mount gets a new id, so stale frees cannot hit it).
+    pub id: u64,
+    /// Segment name (owner's engine name).
+    pub name: Arc<str>,
+    /// Owning client.
+    pub client_id: u64,
+    /// Base address in the owner.
+    pub base: u64,
+    /// Bytes.
+    pub size: u64,
+    alloc: Mutex<OffsetAllocator>,
+}
+
+/// A buffer held by an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replica {
+    /// Segment id.
+    pub seg: u64,
+    /// Segment name.
+    pub endpoint: Arc<str>,
+    /// Offset inside the segment.
+    pub offset: u64,
+    /// Absolute address in the owner.
+    pub addr: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+impl Replica {
+    /// Wire form.
+    pub fn desc(&self) -> ReplicaDesc {
+        ReplicaDesc {
+            endpoint: self.endpoint.to_string(),
+            addr: self.addr,
+            len: self.len,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    by_id: HashMap<u64, Arc<Segment>>,
+    by_name: HashMap<Arc<str>, u64>,
+}
+
+/// Every mounted segment.
+#[derive(Default)]
+pub struct Segments {
+    table: RwLock<Table>,
+    next_id: AtomicU64,
+    rng: AtomicU64,
+}
+
+impl Segments {
+    /// Mounts a segment. Mounting the same name again by the same owner with the same range is a
+    /// no-op (re-mount); another owner's name is refused.
+    pub fn mount(&self, client_id: u64, name: &str, base: u64, size: u64) -> Result<u64, i32> {
+        let mut t = self.table.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(id) = t.by_name.get(name) {
+            let s = &t.by_id[id];
+            if s.client_id == client_id && s.base == base && s.size == size {
+                return Ok(s.id);
+            }
+            return Err(code::SEGMENT_ALREADY_EXISTS);
+        }
+        if t.by_id.len() >= MAX_SEGMENTS {
+            return Err(code::NO_AVAILABLE_HANDLE);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let name: Arc<str> = name.into();
+        let seg = Arc::new(Segment {
+            id,
+            name: name.clone(),
+            client_id,
+            base,
+            size,
+            alloc: Mutex::new(OffsetAllocator::new(size)),
+        });
+        t.by_id.insert(id, seg);
+        t.by_name.insert(name, id);
+        Ok(id)
+    }
+
+    /// Removes a segment from the table (its replicas must be dropped by the caller).
+    pub fn unmount(&self, id: u64) -> Option<Arc<Segment>> {
+        let mut t = self.table.write().unwrap_or_else(|e| e.into_inner());
+        let s = t.by_id.remove(&id)?;
+        t.by_name.remove(&s.name);
+        Some(s)
+    }
+
+    /// Id of a mounted name.
+    pub fn id_of(&self, name: &str) -> Option<u64> {
+        self.table
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_name
+            .get(name)
+            .copied()
+    }
+
+    /// Ids of a client's segments.
+    pub fn of_client(&self, client_id: u64) -> Vec<u64> {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        t.by_id
+            .values()
+            .filter(|s| s.client_id == client_id)
+            .map(|s| s.id)
+            .collect()
+    }
+
+    /// (segments, used bytes, capacity).
+    pub fn usage(&self) -> (usize, u64, u64) {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let mut used = 0;
+        let mut cap = 0;
+        for s in t.by_id.values() {
+            let a = s.alloc.lock().unwrap_or_else(|e| e.into_inner());
+            used += a.used();
+            cap += a.size();
+        }
+        (t.by_id.len(), used, cap)
+    }
+
+    /// Returns a replica's buffer to its segment (ignored when the segment is gone).
+    pub fn free(&self, r: &Replica) {
+        let seg = self
+            .table
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_id
+            .get(&r.seg)
+            .cloned();
+        if let Some(s) = seg {
+            let ok = s
+                .alloc
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .free(r.offset, r.len);
+            if !ok {
+                tw_log!(
+                    crate::log::Level::Error,
+                    "master: refused a bad free of {}+{} in {}",
+                    r.offset,
+                    r.len,
+                    s.name
+                );
+            }
+        }
+    }
+
+    fn next_random(&self) -> u64 {
+        // xorshift on a shared state: placement only needs to spread, not to be unpredictable.
+        let mut x = self.rng.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed) | 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+
+    /// Allocates `len` bytes on up to `replica_num` distinct segments (at least one);
+    /// `NO_AVAILABLE_HANDLE` when not even one fits.
+    pub fn allocate(
+        &self,
+        len: u64,
+        cfg: &WriteConfig,
+        strategy: Strategy,
+    ) -> Result<Vec<Replica>, i32> {
+        let want = cfg.replica_num.max(1) as usize;
+        let segs: Vec<Arc<Segment>> = {
+            let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+            if t.by_id.is_empty() {
+                return Err(code::NO_AVAILABLE_HANDLE);
+            }
+            let mut order: Vec<Arc<Segment>> = Vec::with_capacity(t.by_id.len());
+            let push = |name: &str, order: &mut Vec<Arc<Segment>>| {
+                if let Some(id) = t.by_name.get(name) {
+                    let s = &t.by_id[id];
+                    if !order.iter().any(|o| o.id == s.id) {
+                        order.push(s.clone());
+                    }
+                }
+            };
+            for p in &cfg.preferred_segments {
+                push(p, &mut order);
+            }
+            if strategy == Strategy::LocalFirst && !cfg.local_segment.is_empty() {
+                push(&cfg.local_segment, &mut order);
+            }
+            let mut rest: Vec<Arc<Segment>> = t
+                .by_id
+                .values()
+                .filter(|s| !order.iter().any(|o| o.id == s.id))
+                .cloned()
+                .collect();
+            rest.sort_by_key(|s| s.id);
+            match strategy {
+                Strategy::FreeRatioFirst => {
+                    let ratio = |s: &Segment| {
+                        let a = s.alloc.lock().unwrap_or_else(|e| e.into_inner());
+                        ((a.size() - a.used()) as f64) / (a.size().max(1) as f64)
+                    };
+                    let mut keyed: Vec<(f64, Arc<Segment>)> =
+                        rest.into_iter().map(|s| (ratio(&s), s)).collect();
+                    keyed.sort_by(|a, b| b.0.total_cmp(&a.0));
+                    rest = keyed.into_iter().map(|(_, s)| s).collect();
+                }
+                _ => {
+                    let n = rest.len();
+                    if n > 1 {
+                        let k = (self.next_random() % n as u64) as usize;
+                        rest.rotate_left(k);
+                    }
+                }
+            }
+            order.extend(rest);
+            order
+        };
+        let mut out = Vec::with_capacity(want);
+        for s in segs {
+            if out.len() == want {
+                break;
+            }
+            let off = s.alloc.lock().unwrap_or_else(|e| e.into_inner()).alloc(len);
+            if let Some(offset) = off {
+                out.push(Replica {
+                    seg: s.id,
+                    endpoint: s.name.clone(),
+                    offset,
+                    addr: s.base + offset,
+                    len,
+                });
+            }
+        }
+        if out.is_empty() {
+            Err(code::NO_AVAILABLE_HANDLE)
+        } else {
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_land_on_distinct_segments_best_effort() {
+        let s = Segments::default();
+        let a = s.mount(1, "a:1", 0x1000, 1 << 20).unwrap();
+        let b = s.mount(2, "b:1", 0x9000_0000, 1 << 20).unwrap();
+        assert_eq!(
+            s.mount(1, "a:1", 0x1000, 1 << 20),
+            Ok(a),
+            "re-mount is a no-op"
+        );
+        assert_eq!(s.mount(3, "a:1", 0, 10), Err(code::SEGMENT_ALREADY_EXISTS));
+        let cfg = WriteConfig {
+            replica_num: 3,
+            ..WriteConfig::default()
+        };
+        let r = s.allocate(1000, &cfg, Strategy::Random).unwrap();
+        assert_eq!(r.len(), 2);
+        assert_ne!(r[0].seg, r[1].seg);
+        let pref = WriteConfig {
+            replica_num: 1,
+            preferred_segments: vec!["b:1".into()],
+            ..WriteConfig::default()
+        };
+        assert_eq!(s.allocate(10, &pref, Strategy::Random).unwrap()[0].seg, b);
+        assert_eq!(
+            s.allocate(2 << 20, &pref, Strategy::Random),
+            Err(code::NO_AVAILABLE_HANDLE)
+        );
+        for x in &r {
+            s.free(x);
+        }
+        s.unmount(a);
+        assert_eq!(s.usage().0, 1);
+    }
+}

@@ -1,0 +1,275 @@
+//! Memory the store client owns: anonymous mappings for the global segment and the local
+//! staging buffer, and staged allocations carved out of the latter.
+
+use super::alloc::OffsetAllocator;
+use std::sync::{Arc, Mutex};
+
+/// An anonymous private mapping, unmapped on drop.
+#[derive(Debug)]
+pub struct Mapped {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; concurrent access to its bytes is
+// coordinated by the store (allocators hand out disjoint ranges).
+unsafe impl Send for Mapped {}
+// SAFETY: as above; `&Mapped` only exposes the address and length.
+unsafe impl Sync for Mapped {}
+
+impl Mapped {
+    /// Maps `len` (> 0) bytes, lazily backed by zero pages.
+    pub fn new(len: usize) -> std::io::Result<Mapped> {
+        if len == 0 {
+            return Err(std::io::Error::other("zero-length mapping"));
+        }
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mapped { ptr: p.cast(), len })
+    }
+
+    /// Base address.
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false (mappings are never empty).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `[addr, addr+len)` lies inside the mapping.
+    pub fn contains(&self, addr: u64, len: u64) -> bool {
+        addr >= self.addr()
+            && addr
+                .checked_add(len)
+                .is_some_and(|e| e <= self.addr() + self.len as u64)
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly the mapping created in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// The local staging buffer: a registered mapping with an offset allocator.
+#[derive(Debug)]
+pub struct LocalBuffer {
+    mem: Mapped,
+    alloc: Mutex<OffsetAllocator>,
+}
+
+impl LocalBuffer {
+    /// A buffer over `mem`.
+    pub fn new(mem: Mapped) -> Arc<LocalBuffer> {
+        let n = mem.len() as u64;
+        Arc::new(LocalBuffer {
+            mem,
+            alloc: Mutex::new(OffsetAllocator::new(n)),
+        })
+    }
+
+    /// The mapping.
+    pub fn mem(&self) -> &Mapped {
+        &self.mem
+    }
+
+    /// Carves `len` bytes; `None` when the buffer is full.
+    pub fn take(self: &Arc<Self>, len: u64) -> Option<Staged> {
+        let off = self
+            .alloc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .alloc(len)?;
+        Some(Staged {
+            buf: self.clone(),
+            addr: self.mem.addr() + off,
+            len,
+        })
+    }
+}
+
+/// A range of the local buffer, returned to it on drop.
+#[derive(Debug)]
+pub struct Staged {
+    buf: Arc<LocalBuffer>,
+    addr: u64,
+    len: u64,
+}
+
+impl Staged {
+    /// Address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the range is empty (never: allocations are > 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the range lies in the live mapping (kept alive by `buf`) and is owned by this
+        // value alone until drop.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len as usize) }
+    }
+
+    /// The bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len as usize) }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let off = self.addr - self.buf.mem.addr();
+        self.buf
+            .alloc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .free(off, self.len);
+    }
+}
+
+/// One memory copy.
+#[derive(Debug, Clone, Copy)]
+pub struct Copy {
+    /// Source address.
+    pub src: u64,
+    /// Destination address.
+    pub dst: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// Below this many bytes in total, copies run on the calling thread.
+const PARALLEL_MIN: u64 = 8 << 20;
+/// Pieces handed to copy threads are at most this large (keeps them balanced).
+const PIECE: u64 = 2 << 20;
+
+/// Performs every copy; large totals are split over a few scoped threads (memory bandwidth of
+/// one core is the limit of a single-process store otherwise).
+///
+/// # Safety
+/// Each source is readable and each destination writable for `len` bytes for the duration of
+/// the call, and no destination overlaps another copy's source or destination.
+pub unsafe fn copy_all(copies: &[Copy]) {
+    let total: u64 = copies.iter().map(|c| c.len).sum();
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(4);
+    if total < PARALLEL_MIN || threads < 2 {
+        for c in copies {
+            // SAFETY: per this function's contract.
+            unsafe {
+                std::ptr::copy_nonoverlapping(c.src as *const u8, c.dst as *mut u8, c.len as usize)
+            };
+        }
+        return;
+    }
+    let mut pieces: Vec<Copy> = Vec::new();
+    for c in copies {
+        let mut off = 0;
+        while off < c.len {
+            let n = (c.len - off).min(PIECE);
+            pieces.push(Copy {
+                src: c.src + off,
+                dst: c.dst + off,
+                len: n,
+            });
+            off += n;
+        }
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(c) = pieces.get(i) else { break };
+            // SAFETY: a piece of a copy allowed by this function's contract; pieces are disjoint.
+            unsafe {
+                std::ptr::copy_nonoverlapping(c.src as *const u8, c.dst as *mut u8, c.len as usize)
+            };
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(work);
+        }
+        work();
+    });
+}
+
+/// Whether every page of `[addr, addr+len)` is mapped in this process (`mincore` fails with
+/// `ENOMEM` on a hole). Used before touching caller memory the engine does not know, so a bad
+/// address is an `INVALID_PARAMS` result instead of a crash. It cannot see protections: mapped
+/// but read-only memory used as a destination still faults, as it would in any copy.
+pub fn range_mapped(addr: u64, len: u64) -> bool {
+    if addr == 0 || len == 0 {
+        return false;
+    }
+    // SAFETY: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let Some(end) = addr.checked_add(len) else {
+        return false;
+    };
+    let start = addr & !(page - 1);
+    let mut at = start;
+    // Probe in windows so the residency vector stays small for large ranges.
+    let mut vec = vec![0u8; 4096];
+    while at < end {
+        let span = (end - at).min(page * vec.len() as u64);
+        // SAFETY: mincore only reads the page tables for the range and writes at most
+        // ceil(span/page) <= vec.len() bytes into `vec`.
+        let r = unsafe { libc::mincore(at as *mut libc::c_void, span as usize, vec.as_mut_ptr()) };
+        if r != 0 {
+            return false;
+        }
+        at += span.div_ceil(page) * page;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapped_ranges_are_told_apart_from_holes() {
+        let m = Mapped::new(1 << 20).unwrap();
+        assert!(range_mapped(m.addr(), 1 << 20));
+        assert!(range_mapped(m.addr() + 100, 10));
+        assert!(!range_mapped(0, 10));
+        assert!(!range_mapped(8, 10));
+        assert!(!range_mapped(u64::MAX - 5, 10));
+        let addr = m.addr();
+        drop(m);
+        assert!(!range_mapped(addr, 4096));
+    }
+}

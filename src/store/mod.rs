@@ -1,0 +1,44 @@
+//! The Store: a Mooncake-Store-compatible distributed KV store whose bytes move through the
+//! engine. `proto` is the master RPC protocol, `master` the metadata service behind
+//! `tidewire-master`, `client` the library side (setup, mount, heartbeat) and `flows` its
+//! put/get/remove paths.
+
+pub mod admin;
+pub mod alloc;
+pub mod client;
+pub mod conn;
+pub mod copying;
+pub mod flows;
+pub mod master;
+pub mod mem;
+pub mod proto;
+
+pub use client::{StoreClient, StoreConfig};
+pub use proto::{WriteConfig, code};
+
+/// A store failure: one of Mooncake's codes ([`proto::code`]) and a detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError {
+    /// Negative code.
+    pub code: i32,
+    /// Detail.
+    pub message: String,
+}
+
+impl StoreError {
+    /// An error.
+    pub fn new(code: i32, message: impl Into<String>) -> StoreError {
+        StoreError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (code {})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for StoreError {}

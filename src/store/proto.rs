@@ -1,0 +1,553 @@
+//! The master RPC protocol (ours, not Mooncake's coro_rpc).
+//!
+//! Frame: a 12-byte header — magic `b"TWMS"`, `u8` version ([`VERSION`]), `u8` flags
+//! ([`FLAG_ONE_WAY`]: no reply is sent), `u16` reserved (0), `u32` body length (little endian) —
+//! then the body. A connection carries any number of request/reply pairs in order.
+//!
+//! Body encoding: JSON through serde. The master only handles metadata (keys, sizes, addresses),
+//! never object bytes, so a few tens of kilobytes per 400-key batch parse in well under a
+//! millisecond; JSON keeps the protocol self-describing and debuggable, and serde is already a
+//! dependency. Every decoded message is then checked by [`Request::validate`] against the bounds
+//! below before the master acts on it; every read has a deadline set by the caller.
+
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+
+/// Frame magic.
+pub const MAGIC: [u8; 4] = *b"TWMS";
+/// Protocol version spoken by this build.
+pub const VERSION: u8 = 1;
+/// Header flag: the sender expects no reply.
+pub const FLAG_ONE_WAY: u8 = 1;
+/// Header length in bytes.
+pub const HEADER_LEN: usize = 12;
+/// Largest accepted frame body.
+pub const MAX_FRAME: u32 = 32 << 20;
+/// Longest accepted key, in bytes.
+pub const MAX_KEY_LEN: usize = 4096;
+/// Most keys in one batch message.
+pub const MAX_BATCH: usize = 4096;
+/// Most replicas per object.
+pub const MAX_REPLICAS: u32 = 8;
+/// Longest segment name / endpoint.
+pub const MAX_NAME_LEN: usize = 512;
+/// Longest regex pattern.
+pub const MAX_PATTERN_LEN: usize = 4096;
+/// Most preferred segments in one config.
+pub const MAX_PREFERRED: usize = 64;
+
+/// Mooncake's error codes (`types.h`), used per key in results and by the Python layer.
+pub mod code {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// Internal error.
+    pub const INTERNAL_ERROR: i32 = -1;
+    /// Buffer overflow (a value does not fit where it must go).
+    pub const BUFFER_OVERFLOW: i32 = -10;
+    /// Segment not found.
+    pub const SEGMENT_NOT_FOUND: i32 = -101;
+    /// Segment already exists (mounted by another client).
+    pub const SEGMENT_ALREADY_EXISTS: i32 = -102;
+    /// No space left in any segment.
+    pub const NO_AVAILABLE_HANDLE: i32 = -200;
+    /// Invalid parameters (bad sizes, pointers, keys; buffer too small).
+    pub const INVALID_PARAMS: i32 = -600;
+    /// Invalid write (End/Revoke of a write that is not in progress).
+    pub const INVALID_WRITE: i32 = -601;
+    /// The object exists but has no complete replica yet.
+    pub const REPLICA_IS_NOT_READY: i32 = -703;
+    /// No such object.
+    pub const OBJECT_NOT_FOUND: i32 = -704;
+    /// Create-only put of an existing key.
+    pub const OBJECT_ALREADY_EXISTS: i32 = -705;
+    /// Remove refused: a read lease is active.
+    pub const OBJECT_HAS_LEASE: i32 = -706;
+    /// The read lease ran out before the transfer finished.
+    pub const LEASE_EXPIRED: i32 = -707;
+    /// A replica is busy.
+    pub const OBJECT_REPLICA_BUSY: i32 = -714;
+    /// A data transfer failed.
+    pub const TRANSFER_FAIL: i32 = -800;
+    /// The master could not be reached or broke the protocol.
+    pub const RPC_FAIL: i32 = -900;
+    /// The master did not answer in time.
+    pub const RPC_TIMEOUT: i32 = -901;
+    /// Client not initialised (setup not called or failed).
+    pub const NOT_INITIALIZED: i32 = -2;
+}
+
+/// Where a write goes and how it is kept (Mooncake's `ReplicateConfig`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteConfig {
+    /// Replicas wanted, each on a distinct segment (best effort; at least one).
+    pub replica_num: u32,
+    /// Never evicted; fixed when the object is created.
+    pub hard_pin: bool,
+    /// Evicted only after unpinned objects, until the soft-pin TTL runs out.
+    pub soft_pin: bool,
+    /// Segment names to try first, in order.
+    pub preferred_segments: Vec<String>,
+    /// The requester's own segment name (for `local_first`), empty when it has none.
+    pub local_segment: String,
+}
+
+/// One key and its value size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutItem {
+    /// Key.
+    pub key: String,
+    /// Value size in bytes (> 0).
+    pub size: u64,
+}
+
+/// A key and the write or read version it refers to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyVersion {
+    /// Key.
+    pub key: String,
+    /// Version from a PutStart or Get reply.
+    pub version: u64,
+}
+
+/// One replica's buffer: the segment's TE endpoint and an absolute address there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaDesc {
+    /// Segment name (the owning client's engine name).
+    pub endpoint: String,
+    /// Absolute address in the owner's memory.
+    pub addr: u64,
+    /// Bytes (the object size).
+    pub len: u64,
+}
+
+/// Per-key answer to PutStart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartResult {
+    /// 0, or a negative code (then the rest is empty).
+    pub code: i32,
+    /// Version to pass to PutEnd/PutRevoke.
+    pub version: u64,
+    /// Buffers to write.
+    pub replicas: Vec<ReplicaDesc>,
+}
+
+/// Per-key answer to Get.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetResult {
+    /// 0, or a negative code (then the rest is empty).
+    pub code: i32,
+    /// Object size.
+    pub size: u64,
+    /// Version to pass to ReadDone.
+    pub version: u64,
+    /// Complete replicas.
+    pub replicas: Vec<ReplicaDesc>,
+}
+
+/// A client's request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Mount (or re-mount) a segment owned by `client_id`.
+    Mount {
+        /// Owner.
+        client_id: u64,
+        /// Segment name (the owner's engine name).
+        name: String,
+        /// Base address.
+        base: u64,
+        /// Size in bytes.
+        size: u64,
+    },
+    /// Unmount a segment; its objects' replicas there are dropped.
+    Unmount {
+        /// Owner.
+        client_id: u64,
+        /// Segment name.
+        name: String,
+    },
+    /// Liveness heartbeat.
+    Ping {
+        /// Sender.
+        client_id: u64,
+    },
+    /// First phase of put/upsert: allocate buffers.
+    PutStart {
+        /// Writer.
+        client_id: u64,
+        /// Create-or-replace (`true`) or create-only.
+        upsert: bool,
+        /// Keys and sizes.
+        items: Vec<PutItem>,
+        /// Placement and pinning.
+        config: WriteConfig,
+    },
+    /// Second phase: the bytes are in place, publish.
+    PutEnd {
+        /// Writer.
+        client_id: u64,
+        /// Writes to finish.
+        items: Vec<KeyVersion>,
+    },
+    /// Second phase after a failed transfer: drop the write.
+    PutRevoke {
+        /// Writer.
+        client_id: u64,
+        /// Writes to drop.
+        items: Vec<KeyVersion>,
+    },
+    /// Replica lists for reading; grants a lease.
+    Get {
+        /// Keys.
+        keys: Vec<String>,
+    },
+    /// One-way: the reads of these versions finished (their buffers may be reused).
+    ReadDone {
+        /// Versions read.
+        items: Vec<KeyVersion>,
+    },
+    /// Existence (1/0 per key); grants a lease.
+    Exist {
+        /// Keys.
+        keys: Vec<String>,
+    },
+    /// Remove keys.
+    Remove {
+        /// Keys.
+        keys: Vec<String>,
+        /// Ignore leases.
+        force: bool,
+    },
+    /// Remove every key matching a regex (RE2-like syntax of the `regex` crate).
+    RemoveByRegex {
+        /// Pattern.
+        pattern: String,
+        /// Ignore leases.
+        force: bool,
+    },
+    /// Remove every key.
+    RemoveAll {
+        /// Ignore leases.
+        force: bool,
+    },
+}
+
+/// The master's reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Done.
+    Ok,
+    /// The whole request failed.
+    Error {
+        /// Negative code.
+        code: i32,
+        /// Detail.
+        message: String,
+    },
+    /// Heartbeat answer: `remount` when the master does not know this client's segments.
+    Pong {
+        /// Re-mount needed.
+        remount: bool,
+    },
+    /// PutStart results, one per item.
+    Started {
+        /// Results.
+        results: Vec<StartResult>,
+    },
+    /// One code per key.
+    Codes {
+        /// Codes.
+        codes: Vec<i32>,
+    },
+    /// Get results, one per key; reads must finish within `lease_ms` of the request.
+    Replicas {
+        /// Lease granted.
+        lease_ms: u64,
+        /// Results.
+        results: Vec<GetResult>,
+    },
+    /// A count (removed objects).
+    Count {
+        /// Count.
+        count: i64,
+    },
+}
+
+fn check_key(k: &str) -> Result<(), String> {
+    if k.is_empty() {
+        return Err("empty key".into());
+    }
+    if k.len() > MAX_KEY_LEN {
+        return Err(format!("key of {} bytes exceeds {MAX_KEY_LEN}", k.len()));
+    }
+    Ok(())
+}
+
+fn check_batch(n: usize) -> Result<(), String> {
+    if n > MAX_BATCH {
+        return Err(format!("batch of {n} keys exceeds {MAX_BATCH}"));
+    }
+    Ok(())
+}
+
+fn check_name(n: &str) -> Result<(), String> {
+    if n.is_empty() || n.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "segment name of {} bytes is out of 1..={MAX_NAME_LEN}",
+            n.len()
+        ));
+    }
+    Ok(())
+}
+
+fn check_versions(items: &[KeyVersion]) -> Result<(), String> {
+    check_batch(items.len())?;
+    items.iter().try_for_each(|i| check_key(&i.key))
+}
+
+fn check_keys(keys: &[String]) -> Result<(), String> {
+    check_batch(keys.len())?;
+    keys.iter().try_for_each(|k| check_key(k))
+}
+
+impl Request {
+    /// Checks every bound; the master answers `INVALID_PARAMS` with the message otherwise.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Request::Mount {
+                name, size, base, ..
+            } => {
+                check_name(name)?;
+                if *size == 0 || base.checked_add(*size).is_none() {
+                    return Err(format!("segment {base:#x}+{size} is empty or wraps"));
+                }
+                Ok(())
+            }
+            Request::Unmount { name, .. } => check_name(name),
+            Request::Ping { .. } => Ok(()),
+            Request::PutStart { items, config, .. } => {
+                check_batch(items.len())?;
+                for i in items {
+                    check_key(&i.key)?;
+                }
+                if config.replica_num > MAX_REPLICAS {
+                    return Err(format!(
+                        "replica_num {} exceeds {MAX_REPLICAS}",
+                        config.replica_num
+                    ));
+                }
+                if config.preferred_segments.len() > MAX_PREFERRED {
+                    return Err(format!("more than {MAX_PREFERRED} preferred segments"));
+                }
+                config
+                    .preferred_segments
+                    .iter()
+                    .try_for_each(|s| check_name(s))?;
+                if config.local_segment.len() > MAX_NAME_LEN {
+                    return Err("local segment name too long".into());
+                }
+                Ok(())
+            }
+            Request::PutEnd { items, .. }
+            | Request::PutRevoke { items, .. }
+            | Request::ReadDone { items } => check_versions(items),
+            Request::Get { keys } | Request::Exist { keys } | Request::Remove { keys, .. } => {
+                check_keys(keys)
+            }
+            Request::RemoveByRegex { pattern, .. } => {
+                if pattern.len() > MAX_PATTERN_LEN {
+                    return Err(format!("pattern longer than {MAX_PATTERN_LEN} bytes"));
+                }
+                Ok(())
+            }
+            Request::RemoveAll { .. } => Ok(()),
+        }
+    }
+
+    /// Short name for metrics and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Mount { .. } => "mount",
+            Request::Unmount { .. } => "unmount",
+            Request::Ping { .. } => "ping",
+            Request::PutStart { upsert: false, .. } => "put_start",
+            Request::PutStart { upsert: true, .. } => "upsert_start",
+            Request::PutEnd { .. } => "put_end",
+            Request::PutRevoke { .. } => "put_revoke",
+            Request::Get { .. } => "get",
+            Request::ReadDone { .. } => "read_done",
+            Request::Exist { .. } => "exist",
+            Request::Remove { .. } => "remove",
+            Request::RemoveByRegex { .. } => "remove_by_regex",
+            Request::RemoveAll { .. } => "remove_all",
+        }
+    }
+}
+
+/// A frame header, parsed and checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Flags ([`FLAG_ONE_WAY`]).
+    pub flags: u8,
+    /// Body length.
+    pub len: u32,
+}
+
+/// Why a frame could not be read.
+#[derive(Debug)]
+pub enum FrameError {
+    /// The stream ended cleanly before a header started.
+    Closed,
+    /// Socket error or deadline.
+    Io(std::io::Error),
+    /// Bad magic, version or length.
+    Bad(String),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Closed => write!(f, "connection closed"),
+            FrameError::Io(e) => write!(f, "{e}"),
+            FrameError::Bad(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+/// Parses a header.
+pub fn parse_header(h: &[u8; HEADER_LEN]) -> Result<Header, FrameError> {
+    if h[..4] != MAGIC {
+        return Err(FrameError::Bad("bad frame magic".into()));
+    }
+    if h[4] != VERSION {
+        return Err(FrameError::Bad(format!(
+            "protocol version {} is not supported (this side speaks {VERSION})",
+            h[4]
+        )));
+    }
+    let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
+    if len > MAX_FRAME {
+        return Err(FrameError::Bad(format!(
+            "frame of {len} bytes exceeds {MAX_FRAME}"
+        )));
+    }
+    Ok(Header { flags: h[5], len })
+}
+
+/// Reads one frame. The stream's read timeout is the deadline for each read call.
+pub fn read_frame(r: &mut impl Read) -> Result<(Header, Vec<u8>), FrameError> {
+    let mut h = [0u8; HEADER_LEN];
+    let mut got = 0;
+    while got < HEADER_LEN {
+        match r.read(&mut h[got..]) {
+            Ok(0) if got == 0 => return Err(FrameError::Closed),
+            Ok(0) => return Err(FrameError::Bad("truncated frame header".into())),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(FrameError::Io(e)),
+        }
+    }
+    let header = parse_header(&h)?;
+    let mut body = vec![0u8; header.len as usize];
+    r.read_exact(&mut body).map_err(FrameError::Io)?;
+    Ok((header, body))
+}
+
+/// Writes one frame (header and body in one write).
+pub fn write_frame(w: &mut impl Write, flags: u8, body: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(body.len())
+        .ok()
+        .filter(|l| *l <= MAX_FRAME)
+        .ok_or_else(|| std::io::Error::other("frame too large"))?;
+    let mut buf = Vec::with_capacity(HEADER_LEN + body.len());
+    buf.extend_from_slice(&MAGIC);
+    buf.push(VERSION);
+    buf.push(flags);
+    buf.extend_from_slice(&[0, 0]);
+    buf.extend_from_slice(&len.to_le_bytes());
+    buf.extend_from_slice(body);
+    w.write_all(&buf)?;
+    w.flush()
+}
+
+/// Encodes a message body.
+pub fn encode<T: Serialize>(m: &T) -> Vec<u8> {
+    // Serialising these plain structs cannot fail.
+    serde_json::to_vec(m).unwrap_or_default()
+}
+
+/// Decodes a message body.
+pub fn decode<T: for<'de> Deserialize<'de>>(b: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(b).map_err(|e| format!("malformed message: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_bad_headers_are_refused() {
+        let req = Request::Get {
+            keys: vec!["a".into(), "b".into()],
+        };
+        let mut buf = Vec::new();
+        write_frame(&mut buf, 0, &encode(&req)).unwrap();
+        let (h, body) = read_frame(&mut &buf[..]).unwrap();
+        assert_eq!(h.flags, 0);
+        assert_eq!(decode::<Request>(&body).unwrap(), req);
+        let mut bad = buf.clone();
+        bad[4] = 9;
+        assert!(matches!(read_frame(&mut &bad[..]), Err(FrameError::Bad(_))));
+        let mut bad = buf.clone();
+        bad[0] = b'X';
+        assert!(matches!(read_frame(&mut &bad[..]), Err(FrameError::Bad(_))));
+        let mut big = buf.clone();
+        big[8..12].copy_from_slice(&(MAX_FRAME + 1).to_le_bytes());
+        assert!(matches!(read_frame(&mut &big[..]), Err(FrameError::Bad(_))));
+        assert!(matches!(
+            read_frame(&mut &buf[..5]),
+            Err(FrameError::Bad(_))
+        ));
+        assert!(matches!(read_frame(&mut &[][..]), Err(FrameError::Closed)));
+        assert!(decode::<Request>(b"{\"Nope\":1}").is_err());
+    }
+
+    #[test]
+    fn bounds_are_checked() {
+        let long = "k".repeat(MAX_KEY_LEN + 1);
+        assert!(Request::Get { keys: vec![long] }.validate().is_err());
+        assert!(
+            Request::Get {
+                keys: vec![String::new()]
+            }
+            .validate()
+            .is_err()
+        );
+        let many = vec!["k".to_string(); MAX_BATCH + 1];
+        assert!(Request::Exist { keys: many }.validate().is_err());
+        let cfg = WriteConfig {
+            replica_num: MAX_REPLICAS + 1,
+            ..WriteConfig::default()
+        };
+        let put = Request::PutStart {
+            client_id: 1,
+            upsert: false,
+            items: vec![],
+            config: cfg,
+        };
+        assert!(put.validate().is_err());
+        let mount = Request::Mount {
+            client_id: 1,
+            name: "h:1".into(),
+            base: u64::MAX,
+            size: 2,
+        };
+        assert!(mount.validate().is_err());
+        assert!(
+            Request::Get {
+                keys: vec!["ok".into()]
+            }
+            .validate()
+            .is_ok()
+        );
+    }
+}
