@@ -256,7 +256,6 @@ fn row06_notification_flood_is_bounded() {
 /// Row 7: an HTTP metadata server answers 200 and streams an endless body. Engine creation fails
 /// within a few seconds and reads a bounded number of bytes.
 #[test]
-#[ignore = "hostile row 7: the HTTP client reads metadata responses without a size bound"]
 fn row07_endless_http_metadata_body_is_bounded() {
     let _s = serial();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
