@@ -134,6 +134,8 @@ SAN_TARGET := x86_64-unknown-linux-gnu
 ## Rust tests under the sanitizers: the unit tests and the wire-level integration suites.
 SAN_TESTS ?= --lib --test bad_input --test tcp_loopback --test scatter --test hostile
 
+.PHONY: fuzz asan tsan valgrind loom
+
 ## Every fuzz target (cargo-fuzz, nightly) for FUZZ_SECONDS each, starting from fuzz/seeds.
 fuzz:
 	@set -e; cd fuzz; for t in $(FUZZ_TARGETS); do \
