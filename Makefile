@@ -142,3 +142,45 @@ clippy:
 
 clean:
 	$(CARGO) clean
+
+## ---- Hardening: fuzzing, sanitizers, model checking (nightly toolchain) ----------------------
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := data_frames handshake_frame descriptor_json http_response rpc_request
+SAN_TARGET := x86_64-unknown-linux-gnu
+## Rust tests under the sanitizers: the unit tests and the wire-level integration suites.
+SAN_TESTS ?= --lib --test bad_input --test tcp_loopback --test scatter --test hostile
+
+.PHONY: fuzz asan tsan valgrind loom
+
+## Every fuzz target (cargo-fuzz, nightly) for FUZZ_SECONDS each, starting from fuzz/seeds.
+fuzz:
+	@set -e; cd fuzz; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p corpus/$$t; echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
+	  cargo +nightly fuzz run $$t corpus/$$t seeds/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096; \
+	done
+
+## AddressSanitizer: the Rust tests (nightly) and the C tests (gcc, with UBSan).
+asan:
+	RUSTFLAGS="-Zsanitizer=address" ASAN_OPTIONS=detect_leaks=0 \
+	  $(CARGO) +nightly test --release --target $(SAN_TARGET) --target-dir target/asan $(SAN_TESTS)
+	$(MAKE) c-tests BUILD_C=target/c_tests_asan \
+	  CFLAGS_TEST="$(CFLAGS_TEST) -fsanitize=address,undefined -fno-omit-frame-pointer"
+
+## ThreadSanitizer on the concurrency unit tests (latch, channels, id table), with std rebuilt
+## under the sanitizer (-Zbuild-std, needs the nightly rust-src component).
+tsan:
+	RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1" \
+	  $(CARGO) +nightly test -Zbuild-std --release --target $(SAN_TARGET) --target-dir target/tsan --lib -- \
+	  --test-threads 1 batch chan ids completion
+
+## valgrind memcheck on every C test program (built by `make c-tests`).
+valgrind: c-tests
+	@set -e; for t in $(BUILD_C)/test_*; do \
+	  echo "== valgrind $$t"; TW_SAME_HOST=0 TIDEWIRE_LIB=$$PWD/$(LIB) timeout 600 \
+	    valgrind -q --error-exitcode=99 --leak-check=no --suppressions=scripts/valgrind.supp $$t; \
+	done
+
+## loom models of the lane channel and the completion latch.
+loom:
+	RUSTFLAGS="--cfg loom" $(CARGO) test --release --target-dir target/loom --lib loom_

@@ -483,8 +483,10 @@ tw_result tw_config_new(struct tw_config **cfg_out);
 /*
  Sets one option by name. Keys: `metadata`, `local_server_name`, `bind_address`, `rpc_port`,
  `data_port`, `tcp_lanes`, `tcp_proto`, `slice_size`, `same_host`, `connect_timeout_ms`,
- `io_timeout_ms`, `handshake_max_len`, `rdma`, `rdma_devices`, `rdma_slice_size`,
- `rdma_qp_per_ep`, `rdma_max_wr`, `rdma_retries` (README, "Configuration"). Unknown keys and
+ `io_timeout_ms`, `transfer_timeout_ms`, `max_data_connections`, `data_idle_timeout_ms`,
+ `rpc_max_concurrent`, `notify_max_count`, `notify_max_bytes`, `handshake_max_len`, `rdma`,
+ `rdma_devices`, `rdma_slice_size`, `rdma_qp_per_ep`, `rdma_max_wr`, `rdma_retries`,
+ `rdma_max_passive_endpoints` (README, "Configuration"). Unknown keys and
  bad values give `TW_ERR_INVALID_ARGUMENT` (or `TW_ERR_UNSUPPORTED` for an unsupported metadata
  scheme). Not thread-safe for one `cfg`.
  */

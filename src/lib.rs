@@ -19,6 +19,13 @@ pub mod metadata;
 pub mod store;
 pub mod transport;
 
+#[doc(hidden)]
+pub mod fuzzing;
+pub(crate) mod guard;
+#[cfg(all(test, loom))]
+mod loom_models;
+pub(crate) mod sync;
+
 pub use engine::{Config, Engine, Request};
 pub use error::{Error, ErrorKind, Result};
 pub use transport::Opcode;

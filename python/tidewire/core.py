@@ -92,6 +92,12 @@ CONFIG_KEYS = (
     "same_host",
     "connect_timeout_ms",
     "io_timeout_ms",
+    "transfer_timeout_ms",
+    "max_data_connections",
+    "data_idle_timeout_ms",
+    "rpc_max_concurrent",
+    "notify_max_count",
+    "notify_max_bytes",
     "handshake_max_len",
     "rdma",
     "rdma_devices",
@@ -99,6 +105,7 @@ CONFIG_KEYS = (
     "rdma_qp_per_ep",
     "rdma_max_wr",
     "rdma_retries",
+    "rdma_max_passive_endpoints",
 )
 
 
@@ -469,7 +476,10 @@ class Batch:
         if rc == _ffi.TW_ERR_TIMEOUT:
             if self._in_flight():
                 return False
-            rc = lib.tw_batch_wait(h, self.id, 0)  # finished meanwhile: the final answer
+            # Every task ended between the two looks: the batch goes idle within microseconds
+            # (its latch is released right after the last task), so a bounded wait gets the
+            # final answer; a zero wait could still lose that race and report a timeout.
+            rc = lib.tw_batch_wait(h, self.id, 1000)
         check(rc)
         return True
 

@@ -232,20 +232,36 @@ impl Batch {
 }
 
 /// Completion handle carried by a slice: finishing it updates its task and the batch latch.
+///
+/// Dropping it unfinished (a worker thread that panicked, a queue dropped with work in it)
+/// finishes the slice as failed (`Internal`), so every task ends whatever a transport does.
 pub struct SliceDone {
-    batch: Arc<Batch>,
+    batch: Option<Arc<Batch>>,
     task: u32,
 }
 
 impl SliceDone {
     /// A handle for task `task` of `batch`.
     pub fn new(batch: Arc<Batch>, task: u32) -> SliceDone {
-        SliceDone { batch, task }
+        SliceDone {
+            batch: Some(batch),
+            task,
+        }
     }
 
     /// Reports the slice's result (bytes moved, or the failure).
-    pub fn finish(self, result: Result<u64, ErrorKind>) {
-        self.batch.slice_finished(self.task, result);
+    pub fn finish(mut self, result: Result<u64, ErrorKind>) {
+        if let Some(b) = self.batch.take() {
+            b.slice_finished(self.task, result);
+        }
+    }
+}
+
+impl Drop for SliceDone {
+    fn drop(&mut self) {
+        if let Some(b) = self.batch.take() {
+            b.slice_finished(self.task, Err(ErrorKind::Internal));
+        }
     }
 }
 
@@ -284,5 +300,33 @@ mod tests {
         );
         assert_eq!(b.status(1).state, TaskState::Completed);
         assert_eq!(b.outcome().unwrap_err().kind(), ErrorKind::Rejected);
+    }
+
+    /// Table row 11: a slice dropped unfinished, or held by a thread that panics, still ends
+    /// its task (FAILED) and wakes the waiter.
+    #[test]
+    fn row11_dropped_or_panicked_slices_fail_their_task() {
+        let b = Arc::new(Batch::new(2));
+        {
+            let _g = b.submit_lock.lock().unwrap();
+            b.prepare_task(0, 1);
+            b.prepare_task(1, 1);
+            b.publish(2);
+        }
+        drop(SliceDone::new(b.clone(), 0));
+        let held = SliceDone::new(b.clone(), 1);
+        let t = std::thread::spawn(move || {
+            let _mine = held;
+            panic!("a worker thread dies holding a slice");
+        });
+        assert!(t.join().is_err());
+        assert!(b.wait_idle(Some(Instant::now() + Duration::from_secs(5))));
+        for i in 0..2 {
+            let s = b.status(i);
+            assert_eq!(
+                (s.state, s.error),
+                (TaskState::Failed, Some(ErrorKind::Internal))
+            );
+        }
     }
 }

@@ -1,12 +1,12 @@
 //! A counter of outstanding units that wakes its waiters when it reaches zero, without a lost
 //! wake-up. Waiters poll (yielding the CPU) for about 50 µs, then sleep on a condition variable.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
-use std::time::Instant;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// How long a waiter polls (yielding) before it sleeps.
-const WAIT_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+const WAIT_SPIN: Duration = Duration::from_micros(50);
 
 /// Counts outstanding slices; wakes waiters at zero.
 #[derive(Default)]
@@ -52,7 +52,13 @@ impl Latch {
         // complete the work, so nobody has to wake a sleeping waiter (on virtual machines the
         // wake-up of an idle CPU costs tens of microseconds; measured: sync-read p50 halves).
         // Long waits sleep after the poll.
-        let spin_until = Instant::now() + WAIT_SPIN;
+        // (Under loom the poll is left out: it is a time-bounded retry of the check below.)
+        let spin_until = Instant::now()
+            + if cfg!(loom) {
+                Duration::ZERO
+            } else {
+                WAIT_SPIN
+            };
         while !self.is_idle() {
             let now = Instant::now();
             if now >= spin_until || deadline.is_some_and(|d| now >= d) {

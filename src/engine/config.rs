@@ -32,6 +32,20 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// Socket read/write deadline while a reply is due.
     pub io_timeout: Duration,
+    /// Every task ends (COMPLETED or FAILED) within this time of its submission.
+    pub transfer_timeout: Duration,
+    /// Most concurrent connections the data server serves (one thread each).
+    pub max_data_connections: usize,
+    /// The data server closes a connection idle (between requests) this long.
+    pub data_idle_timeout: Duration,
+    /// Most handshake/RPC requests served at once.
+    pub rpc_max_concurrent: usize,
+    /// Most received notifications held until taken.
+    pub notify_max_count: usize,
+    /// Most bytes (names + messages) of received notifications held until taken.
+    pub notify_max_bytes: usize,
+    /// Most passive RDMA endpoints (one per sender and device); the oldest is evicted.
+    pub rdma_max_passive_endpoints: usize,
     /// Largest accepted handshake frame.
     pub handshake_max_len: u64,
     /// Same-host shortcuts between tidewire engines (in-process memcpy, cross-process
@@ -76,6 +90,13 @@ impl Default for Config {
             slice_size: 1 << 20,
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
+            transfer_timeout: Duration::from_secs(30),
+            max_data_connections: 512,
+            data_idle_timeout: Duration::from_secs(120),
+            rpc_max_concurrent: 32,
+            notify_max_count: crate::engine::notify_queue::DEFAULT_MAX_COUNT,
+            notify_max_bytes: crate::engine::notify_queue::DEFAULT_MAX_BYTES,
+            rdma_max_passive_endpoints: 256,
             handshake_max_len: crate::metadata::rpc::DEFAULT_MAX_FRAME,
             same_host: true,
             rdma: RdmaMode::Auto,
@@ -117,6 +138,34 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     ("connect_timeout_ms", "connect deadline (default 5000)"),
     ("io_timeout_ms", "reply deadline (default 30000)"),
+    (
+        "transfer_timeout_ms",
+        "every task ends within this time of its submission (default 30000; MC_TRANSFER_TIMEOUT s)",
+    ),
+    (
+        "max_data_connections",
+        "most connections the data server serves at once (default 512)",
+    ),
+    (
+        "data_idle_timeout_ms",
+        "the data server closes connections idle this long (default 120000)",
+    ),
+    (
+        "rpc_max_concurrent",
+        "most handshake/RPC requests served at once (default 32)",
+    ),
+    (
+        "notify_max_count",
+        "most received notifications held until taken (default 65536)",
+    ),
+    (
+        "notify_max_bytes",
+        "most bytes of received notifications held until taken (default 64 MiB)",
+    ),
+    (
+        "rdma_max_passive_endpoints",
+        "most passive RDMA endpoints; the oldest is evicted (default 256)",
+    ),
     (
         "handshake_max_len",
         "largest handshake frame, 1 MiB..128 MiB",
@@ -195,6 +244,23 @@ impl Config {
             }
             "io_timeout_ms" => {
                 self.io_timeout = Duration::from_millis(ranged(key, value, 1, 86_400_000)?)
+            }
+            "transfer_timeout_ms" => {
+                self.transfer_timeout = Duration::from_millis(ranged(key, value, 100, 86_400_000)?)
+            }
+            "max_data_connections" => {
+                self.max_data_connections = ranged(key, value, 1, 65_536)? as usize
+            }
+            "data_idle_timeout_ms" => {
+                self.data_idle_timeout = Duration::from_millis(ranged(key, value, 100, 86_400_000)?)
+            }
+            "rpc_max_concurrent" => self.rpc_max_concurrent = ranged(key, value, 1, 1024)? as usize,
+            "notify_max_count" => self.notify_max_count = ranged(key, value, 1, 1 << 24)? as usize,
+            "notify_max_bytes" => {
+                self.notify_max_bytes = ranged(key, value, 1 << 10, 1 << 40)? as usize
+            }
+            "rdma_max_passive_endpoints" => {
+                self.rdma_max_passive_endpoints = ranged(key, value, 1, 65_536)? as usize
             }
             "handshake_max_len" => self.handshake_max_len = ranged(key, value, 1 << 20, 128 << 20)?,
             "same_host" => {
@@ -283,6 +349,12 @@ impl Config {
             .and_then(|v| v.parse::<u64>().ok())
         {
             self.connect_timeout = Duration::from_secs(secs.max(1));
+        }
+        if let Some(secs) = std::env::var("MC_TRANSFER_TIMEOUT")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            self.transfer_timeout = Duration::from_secs(secs.max(1));
         }
         if let Some(secs) = std::env::var("MC_TCP_STATUS_TIMEOUT_SEC")
             .ok()

@@ -84,9 +84,12 @@ impl Engine {
             lanes: cfg.tcp_lanes,
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
+            transfer_timeout: cfg.transfer_timeout,
             ..ClientConfig::default()
         });
         let registry = Arc::new(Registry::new());
+        let notifies =
+            super::notify_queue::NotifyQueue::new(cfg.notify_max_count, cfg.notify_max_bytes);
         let inner = Arc::new(Inner {
             rpc_host: if cfg.bind_address.is_empty()
                 || cfg.bind_address == "0.0.0.0"
@@ -108,7 +111,7 @@ impl Engine {
             batches: IdTable::default(),
             scatters: IdTable::default(),
             client,
-            notifies: Mutex::default(),
+            notifies,
             live: RwLock::new(true),
             store,
             servers: Mutex::new(None),
@@ -120,9 +123,19 @@ impl Engine {
         let weak = Arc::downgrade(&inner);
         let handler = Arc::new(move |ty: MsgType, body: &[u8]| handle_rpc(&weak, ty, body));
         let io = inner.cfg.connect_timeout;
-        let rpc = RpcServer::start(rpc_listener, handler, io, inner.cfg.handshake_max_len)
+        let limits = crate::metadata::server::RpcLimits {
+            io_timeout: io,
+            max_len: inner.cfg.handshake_max_len,
+            max_concurrent: inner.cfg.rpc_max_concurrent,
+        };
+        let rpc = RpcServer::start(rpc_listener, handler, limits)
             .map_err(|e| Error::new(ErrorKind::Internal, format!("starting rpc thread: {e}")))?;
-        let tcp = TcpServer::start(data_listener, registry, inner.cfg.io_timeout)
+        let data_limits = crate::transport::tcp::server::DataLimits {
+            io_timeout: inner.cfg.io_timeout,
+            idle_timeout: inner.cfg.data_idle_timeout,
+            max_connections: inner.cfg.max_data_connections,
+        };
+        let tcp = TcpServer::start(data_listener, registry, data_limits)
             .map_err(|e| Error::new(ErrorKind::Internal, format!("starting tcp server: {e}")))?;
         *inner.servers.lock().unwrap_or_else(|e| e.into_inner()) = Some((rpc, tcp));
         let engine = Engine { inner };

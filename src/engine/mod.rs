@@ -8,6 +8,7 @@
 pub mod config;
 pub mod ids;
 mod lifecycle;
+pub mod notify_queue;
 mod open;
 mod publish;
 mod rdma;
@@ -38,7 +39,6 @@ use ids::IdTable;
 use publish::MetadataKeys;
 use scatter::ScatterOp;
 use segments::SegmentTable;
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Protocol revision that tidewire peers publish as `tw_version`.
@@ -75,7 +75,7 @@ pub(crate) struct Inner {
     batches: IdTable<Batch>,
     scatters: IdTable<ScatterOp>,
     client: TcpClient,
-    notifies: Mutex<VecDeque<Notification>>,
+    notifies: notify_queue::NotifyQueue,
     /// `false` once shutdown began; submitters hold the read side while dispatching.
     live: RwLock<bool>,
     store: Option<MetadataStore>,

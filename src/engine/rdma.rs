@@ -50,6 +50,7 @@ impl Engine {
             retries: cfg.rdma_retries,
             connect_timeout: cfg.connect_timeout,
             handshake_max_len: cfg.handshake_max_len,
+            max_passive: cfg.rdma_max_passive_endpoints,
         };
         let r = Rdma::open(opts, &inner.name).map_err(|why| {
             *inner.note() = why.clone();

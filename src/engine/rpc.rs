@@ -16,12 +16,7 @@ impl Engine {
 
     /// Takes every notification received so far, oldest first.
     pub fn take_notifications(&self) -> Vec<Notification> {
-        self.inner
-            .notifies
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-            .collect()
+        self.inner.notifies.take_all()
     }
 
     /// Probes a peer's RPC port (`host:port` or a metadata-mode segment name).
@@ -48,14 +43,15 @@ impl Engine {
 impl Inner {
     pub(super) fn send_notify(&self, id: SegmentId, name: &str, msg: &str) -> Result<()> {
         if id == LOCAL_SEGMENT {
-            self.notifies
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back(Notification {
-                    name: name.into(),
-                    msg: msg.into(),
-                });
-            return Ok(());
+            let queued = self.notifies.push(Notification {
+                name: name.into(),
+                msg: msg.into(),
+            });
+            return if queued {
+                Ok(())
+            } else {
+                fail(ErrorKind::Busy, "the notification queue is full")
+            };
         }
         let seg = self.segment(id)?;
         let body = serde_json::json!({"name": name, "notify_msg": msg}).to_string();
@@ -89,10 +85,11 @@ pub(super) fn handle_rpc(weak: &Weak<Inner>, ty: MsgType, body: &[u8]) -> Option
             let parsed: Option<(String, String)> = serde_json::from_slice::<serde_json::Value>(body).ok().and_then(|v| {
                 Some((v.get("name")?.as_str()?.to_string(), v.get("notify_msg")?.as_str()?.to_string()))
             });
-            match parsed {
-                Some((name, msg)) => {
-                    inner.notifies.lock().unwrap_or_else(|e| e.into_inner()).push_back(Notification { name, msg });
-                    r#"{"name":"","notify_msg":"success"}"#.to_string()
+            match parsed.map(|(name, msg)| inner.notifies.push(Notification { name, msg })) {
+                Some(true) => r#"{"name":"","notify_msg":"success"}"#.to_string(),
+                Some(false) => {
+                    tw_log!(Level::Warn, "rpc: notification queue full (notify_max_count/notify_max_bytes); refusing one");
+                    r#"{"name":"","notify_msg":""}"#.to_string()
                 }
                 None => {
                     tw_log!(Level::Warn, "rpc: malformed notification {:?}", String::from_utf8_lossy(body));

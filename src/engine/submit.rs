@@ -127,6 +127,8 @@ impl Inner {
         let mut run_route = usize::MAX;
         let mut total: u64 = 0;
         let min_slice = self.cfg.slice_size.min(self.cfg.rdma_slice_size).max(1);
+        // Every task of this submit ends, COMPLETED or FAILED, by this instant.
+        let deadline = std::time::Instant::now() + self.cfg.transfer_timeout;
         for (i, req) in reqs.iter().enumerate() {
             let r = req.to_request(i)?;
             let route = routes
@@ -173,6 +175,8 @@ impl Inner {
                         len: slice.min(r.len - off),
                         gpu,
                         retries: 0,
+                        deadline,
+                        no_vm: false,
                         done: SliceDone::new(batch.clone(), task),
                     });
                     off += slice;

@@ -1,7 +1,13 @@
 //! Registered memory: a sorted interval index of regions with the overlap rules of Mooncake
 //! (partial overlap is an error) plus idempotent, reference-counted re-registration of the exact
 //! same range. Every transport checks address ranges here before touching a byte.
+//!
+//! A re-registration of the same range must keep its `remote_accessible` flag: changing it is
+//! refused (otherwise removing one registration would silently re-open or close the range).
+//! `unregister` is final for peers: when it returns, no remote request is inside the range any
+//! more and none can enter it (see [`pins`]).
 
+pub mod pins;
 pub(crate) mod raw;
 
 use crate::error::{ErrorKind, Result, fail};
@@ -47,6 +53,7 @@ pub enum Access {
 pub struct Registry {
     regions: RwLock<BTreeMap<u64, Region>>,
     generation: AtomicU64,
+    pins: pins::Pins,
 }
 
 fn range_end(base: u64, len: u64) -> Result<u64> {
@@ -122,7 +129,19 @@ impl Registry {
         for &(base, len) in ranges {
             let end = base + len;
             match Self::find_overlap(&map, base, end) {
-                Some(r) if r.base == base && r.len == len => fresh.push(false),
+                Some(r) if r.base == base && r.len == len => {
+                    if r.remote_accessible != remote_accessible {
+                        return fail(
+                            ErrorKind::InvalidArgument,
+                            format!(
+                                "range {base:#x}+{len} is registered with remote_accessible={}; \
+                                 a re-registration cannot change it (unregister first)",
+                                r.remote_accessible
+                            ),
+                        );
+                    }
+                    fresh.push(false)
+                }
                 Some(r) => {
                     return fail(
                         ErrorKind::AddressOverlapped,
@@ -179,6 +198,14 @@ impl Registry {
             map.remove(&base);
         }
         self.generation.fetch_add(1, Ordering::AcqRel);
+        drop(map);
+        if gone && !self.pins.fence(base) {
+            tw_log!(
+                crate::log::Level::Error,
+                "unregister {base:#x}: a peer request was still inside after {:?}",
+                pins::FENCE_WAIT
+            );
+        }
         Ok(gone)
     }
 
@@ -190,6 +217,16 @@ impl Registry {
     /// Like [`Registry::check`], and tells where the range lives: `Some(device)` for CUDA device
     /// memory (transports stage it through host buffers), `None` for host memory.
     pub fn check_place(&self, addr: u64, len: u64, access: Access) -> Result<Option<u32>> {
+        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        Self::check_in(&map, addr, len, access)
+    }
+
+    fn check_in(
+        map: &BTreeMap<u64, Region>,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Option<u32>> {
         let end = match addr.checked_add(len) {
             Some(e) if len > 0 && addr != 0 => e,
             _ => {
@@ -199,7 +236,6 @@ impl Registry {
                 );
             }
         };
-        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
         match map.range(..=addr).next_back() {
             Some((_, r)) if r.end() >= end => {
                 if access == Access::Remote && !r.remote_accessible {
@@ -216,6 +252,23 @@ impl Registry {
                 format!("{addr:#x}+{len} is not inside one registered region"),
             ),
         }
+    }
+
+    /// Like [`Registry::check_place`] for a peer's request, and marks `slot` inside the region
+    /// (while the registry is locked) until the caller's [`pins::PinSlot::leave`], so that an
+    /// `unregister` of the region waits for (and cuts short) the request. Remote access only.
+    pub fn check_pinned(&self, addr: u64, len: u64, slot: &pins::PinSlot) -> Result<Option<u32>> {
+        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let place = Self::check_in(&map, addr, len, Access::Remote)?;
+        if let Some((_, r)) = map.range(..=addr).next_back() {
+            slot.enter(r.base);
+        }
+        Ok(place)
+    }
+
+    /// A pin slot for a data-server session reading from socket `fd` (see [`pins`]).
+    pub fn pin_slot(&self, fd: std::os::fd::RawFd) -> std::sync::Arc<pins::PinSlot> {
+        self.pins.slot(fd)
     }
 
     /// The region containing `addr`, if any.
@@ -248,6 +301,19 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reregistration_cannot_change_remote_accessible() {
+        let r = Registry::new();
+        assert!(r.register(0x1000, 0x1000, "cpu:0", true).unwrap());
+        let e = r.register(0x1000, 0x1000, "cpu:0", false).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(r.register(0x3000, 0x1000, "cpu:0", false).unwrap());
+        assert!(r.register(0x3000, 0x1000, "cpu:0", true).is_err());
+        assert!(r.check(0x3000, 8, Access::Remote).is_err());
+        assert!(r.unregister(0x1000).unwrap());
+        assert!(r.check(0x1000, 8, Access::Remote).is_err());
+    }
 
     #[test]
     fn overlap_rules() {

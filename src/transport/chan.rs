@@ -3,8 +3,8 @@
 //! threads measurably took CPU from the threads doing the work. Wake-ups are only signalled when
 //! someone is actually waiting, so the uncontended path is one lock/unlock.
 
+use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 struct State<T> {
     items: VecDeque<T>,

@@ -6,6 +6,7 @@ pub mod local;
 pub mod rdma;
 mod route;
 pub mod samehost;
+pub mod slots;
 pub mod tcp;
 
 use crate::completion::SliceDone;
@@ -61,6 +62,10 @@ pub struct Slice {
     pub gpu: Option<u32>,
     /// Times this slice was re-sent after a connection loss it did not cause.
     pub retries: u8,
+    /// The slice fails with `Timeout` if it has not ended by then (`transfer_timeout_ms`).
+    pub deadline: std::time::Instant,
+    /// Never use the same-host kernel copy for it (the peer said the range is GPU memory).
+    pub no_vm: bool,
     /// Completion.
     pub done: SliceDone,
 }

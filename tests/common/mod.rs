@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod netns;
 pub mod proxy;
 
 use tidewire::{Config, Engine};

@@ -168,6 +168,15 @@ void fake_verbs_stats(uint64_t out[3]) {
     pthread_mutex_unlock(&g_lock);
 }
 
+/* Queue pairs that exist now (created, not destroyed), for tests of resource caps. */
+uint64_t fake_verbs_live_qps(void) {
+    uint64_t n = 0;
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < MAX_QP; i++) n += g_pub.qps[i].valid ? 1 : 0;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
 __attribute__((constructor)) static void fake_init(void) {
 #ifdef PR_SET_PTRACER
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);

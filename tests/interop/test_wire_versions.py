@@ -173,7 +173,7 @@ def test_v1_rejection_closes(wire, initiator, target):
     reqs, problems = wire.requests_to(target, OUTSIDE + 4 * KiB, OUTSIDE + 4 * KiB + 1)
     assert not problems, problems
     # v1 cannot tell a refusal from a lost connection: tidewire re-sends a request lost to a
-    # closed connection once (Mooncake does not), so one or two identical v1 requests.
-    assert 1 <= len(reqs) <= (2 if initiator.startswith("tw") else 1), reqs
+    # closed connection up to twice (Mooncake does not), so one to three identical v1 requests.
+    assert 1 <= len(reqs) <= (3 if initiator.startswith("tw") else 1), reqs
     assert all((r["v2"], r["status"]) == (False, None) for r in reqs), reqs
     verified_transfer(i, wire.sides[target], "read", [(0, 6 * REGION, 4 * KiB)], 360)

@@ -46,6 +46,8 @@ pub struct Options {
     pub connect_timeout: Duration,
     /// Largest handshake frame.
     pub handshake_max_len: u64,
+    /// Most passive endpoints (one per sender and local device); the oldest is evicted.
+    pub max_passive: usize,
 }
 
 impl Default for Options {
@@ -57,9 +59,13 @@ impl Default for Options {
             retries: 8,
             connect_timeout: Duration::from_secs(5),
             handshake_max_len: crate::metadata::rpc::DEFAULT_MAX_FRAME,
+            max_passive: 256,
         }
     }
 }
+
+/// A passive endpoint and the sequence number of the handshake that made it (eviction order).
+type PassiveEndpoint = (u64, Arc<Endpoint>);
 
 struct MrSet {
     len: u64,
@@ -74,7 +80,9 @@ pub struct Rdma {
     server_name: String,
     mrs: RwLock<BTreeMap<u64, MrSet>>,
     pub(crate) active: Mutex<HashMap<(usize, String), Arc<Endpoint>>>,
-    passive: Mutex<HashMap<(usize, String), Arc<Endpoint>>>,
+    /// Passive endpoints by (local device, sender), with the sequence number of their handshake.
+    passive: Mutex<HashMap<(usize, String), PassiveEndpoint>>,
+    passive_seq: std::sync::atomic::AtomicU64,
     pub(crate) retired: Mutex<Vec<Arc<Endpoint>>>,
     pub(crate) stop: AtomicBool,
     pub(crate) retry_tx: crossbeam_channel::Sender<Box<Work>>,
@@ -114,6 +122,7 @@ impl Rdma {
             mrs: RwLock::default(),
             active: Mutex::default(),
             passive: Mutex::default(),
+            passive_seq: std::sync::atomic::AtomicU64::new(0),
             retired: Mutex::default(),
             stop: AtomicBool::new(false),
             retry_tx,
@@ -127,7 +136,9 @@ impl Rdma {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("tw-rdma-cq{i}"))
-                    .spawn(move || r.completion_loop(i))
+                    .spawn(move || {
+                        crate::guard::guarded("rdma completion queue", || r.completion_loop(i))
+                    })
                     .map_err(|e| format!("starting completion thread: {e}"))?,
             );
         }
@@ -135,7 +146,7 @@ impl Rdma {
         threads.push(
             std::thread::Builder::new()
                 .name("tw-rdma-retry".into())
-                .spawn(move || r.retry_loop())
+                .spawn(move || crate::guard::guarded("rdma retry", || r.retry_loop()))
                 .map_err(|e| format!("starting retry thread: {e}"))?,
         );
         *rdma.threads.lock().unwrap_or_else(|e| e.into_inner()) = threads;
@@ -375,6 +386,7 @@ impl Rdma {
             gid,
             qpns,
         };
+        self.make_room_for_passive(li, &sender);
         let ep = Endpoint::create(
             self.devices[li].clone(),
             li,
@@ -394,11 +406,42 @@ impl Rdma {
         });
         // A re-handshake from the same sender replaces its old queue pairs (dropped = destroyed:
         // nothing is ever posted on passive queue pairs).
+        // Relaxed: a tie-breaker for eviction order, not a synchronisation point.
+        let seq = self
+            .passive_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.passive
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert((li, sender), Arc::new(ep));
+            .insert((li, sender), (seq, Arc::new(ep)));
         Ok(reply)
+    }
+
+    /// Before a new passive endpoint from `sender` on device `li`: at the cap, the endpoint with
+    /// the oldest handshake is destroyed (its sender re-handshakes if it still needs it), so that
+    /// many sender names cannot hold queue pairs without bound.
+    fn make_room_for_passive(&self, li: usize, sender: &str) {
+        let mut map = self.passive.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (li, sender.to_string());
+        if map.contains_key(&key) {
+            return;
+        }
+        while map.len() >= self.opts.max_passive.max(1) {
+            let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, (seq, _))| *seq)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            tw_log!(
+                Level::Info,
+                "rdma: {} passive endpoints; evicting the one from {:?}",
+                map.len(),
+                oldest.1
+            );
+            map.remove(&oldest);
+        }
     }
 
     /// Stops the threads. Work still queued or in flight fails with `Shutdown`.

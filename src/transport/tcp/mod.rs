@@ -3,6 +3,8 @@
 
 pub mod client;
 pub mod net;
+pub mod peer_identity;
 pub mod server;
+pub mod sockopt;
 mod stage;
 pub mod wire;

@@ -1,26 +1,55 @@
-//! Data server: one accept thread and one named thread per connection. Every request's range is
-//! checked against the remote-accessible registered regions before a byte is touched. Small
-//! replies are gathered and sent with one syscall once no complete request is left buffered.
+//! Data server: one accept thread and one named thread per connection, at most
+//! `max_connections` of them (connections beyond the cap are closed at once, with a warning).
+//! Every request's range is checked against the remote-accessible registered regions before a
+//! byte is touched, and the session stays pinned inside that region until the copy is done, so
+//! `unregister` can fence it (see `memory::pins`). A connection that sends nothing for
+//! `idle_timeout`, or stalls mid-request for `io_timeout`, is closed. Small replies are gathered
+//! and sent with one syscall once no complete request is left buffered.
 
 use super::client::DIRECT_PAYLOAD;
 use super::net::{RecvBuf, send_all};
-use super::wire::{HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_OK, status_frame};
+use super::wire::{
+    HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_NOT_SAME_HOST, STATUS_OK, status_frame,
+};
 use crate::log::Level;
-use crate::memory::{Access, Registry, raw};
+use crate::memory::pins::PinSlot;
+use crate::memory::{Registry, raw};
+use crate::transport::slots::{Permit, Slots};
+use std::collections::HashMap;
 use std::io::{self, IoSlice};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const RECV_BUF: usize = 256 << 10;
 /// READ payloads up to this size are copied into the reply buffer and sent together.
 const INLINE_REPLY: u64 = 32 << 10;
 const FLUSH_AT: usize = 512 << 10;
 
-type Sessions = Arc<Mutex<Vec<(TcpStream, JoinHandle<()>)>>>;
+/// Open sessions by id: the socket (to end it at shutdown or eviction), when it last started a
+/// request (ms since the server started) and the thread. A session removes its socket here,
+/// under the lock, before closing it, so every fd listed is open.
+#[derive(Default)]
+struct SessionList {
+    streams: HashMap<u64, (i32, Arc<AtomicU64>)>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+type Sessions = Arc<Mutex<SessionList>>;
+
+/// Limits of a [`TcpServer`].
+#[derive(Debug, Clone, Copy)]
+pub struct DataLimits {
+    /// Reply writes, and reads in the middle of a request.
+    pub io_timeout: Duration,
+    /// A connection silent this long between requests is closed.
+    pub idle_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+}
 
 /// A running data server.
 pub struct TcpServer {
@@ -36,8 +65,9 @@ impl TcpServer {
     pub fn start(
         listener: TcpListener,
         registry: Arc<Registry>,
-        io_timeout: Duration,
+        limits: DataLimits,
     ) -> io::Result<TcpServer> {
+        let slots = Slots::new(limits.max_connections.max(1));
         let port = listener.local_addr()?.port();
         let stop = Arc::new(AtomicBool::new(false));
         let sessions: Sessions = Arc::default();
@@ -47,6 +77,8 @@ impl TcpServer {
             .name("tw-tcp-accept".into())
             .spawn(move || {
                 let counter = AtomicUsize::new(0);
+                let mut last_warn: Option<Instant> = None;
+                let epoch = Instant::now();
                 for conn in listener.incoming() {
                     // Acquire pairs with the Release in `drop`.
                     if stop2.load(Ordering::Acquire) {
@@ -55,34 +87,78 @@ impl TcpServer {
                     let stream = match conn {
                         Ok(s) => s,
                         Err(e) => {
-                            tw_log!(Level::Debug, "tcp accept: {e}");
-                            std::thread::sleep(Duration::from_millis(10));
+                            crate::metadata::server::accept_failed(&e, &mut last_warn);
                             continue;
                         }
                     };
-                    let _ = stream.set_nodelay(true);
-                    let _ = stream.set_write_timeout(Some(io_timeout));
-                    let Ok(keep) = stream.try_clone() else {
+                    let Some(permit) = slots
+                        .try_take()
+                        .or_else(|| make_room(&sessions2, &slots, epoch))
+                    else {
+                        if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                            last_warn = Some(Instant::now());
+                            tw_log!(
+                                Level::Warn,
+                                "tcp: {} connections open; refusing {:?}",
+                                slots.cap(),
+                                stream.peer_addr().ok()
+                            );
+                        }
                         continue;
                     };
+                    let _ = stream.set_nodelay(true);
+                    let _ = stream.set_write_timeout(Some(limits.io_timeout));
+                    let _ =
+                        stream.set_read_timeout(Some(limits.io_timeout.min(limits.idle_timeout)));
+                    let _ = super::sockopt::harden(
+                        &stream,
+                        limits.idle_timeout.min(Duration::from_secs(60)),
+                        limits.io_timeout,
+                    );
+                    let active = Arc::new(AtomicU64::new(since(epoch)));
+                    let keep = (stream.as_raw_fd(), active.clone());
                     let reg = registry.clone();
                     let n = counter.fetch_add(1, Ordering::Relaxed);
+                    let id = n as u64;
+                    let sessions3 = sessions2.clone();
+                    // Registered before the session starts, so its own removal always finds it.
+                    let mut list = sessions2.lock().unwrap_or_else(|e| e.into_inner());
+                    list.threads.retain(|h| !h.is_finished());
+                    list.streams.insert(id, keep);
                     let spawned = std::thread::Builder::new()
                         .name(format!("tw-tcp-srv-{n}"))
                         .spawn(move || {
                             let peer = stream.peer_addr().ok();
-                            if let Err(e) = serve(&stream, &reg) {
-                                tw_log!(Level::Debug, "tcp session {peer:?} ended: {e}");
-                            }
-                            // The accept thread keeps a clone of the fd for shutdown; end the
-                            // connection itself so the peer sees it close now.
+                            let slot = reg.pin_slot(stream.as_raw_fd());
+                            crate::guard::guarded("tcp session", || {
+                                let session = Session {
+                                    slot: &slot,
+                                    limits,
+                                    active: &active,
+                                    epoch,
+                                };
+                                if let Err(e) = serve(&stream, &reg, session) {
+                                    tw_log!(Level::Debug, "tcp session {peer:?} ended: {e}");
+                                }
+                            });
+                            slot.leave();
+                            // End the connection itself so the peer sees it close now, and
+                            // release the clone kept for shutdown.
                             let _ = stream.shutdown(Shutdown::Both);
+                            sessions3
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .streams
+                                .remove(&id);
+                            drop(slot);
+                            drop(permit);
                         });
-                    let mut list = sessions2.lock().unwrap_or_else(|e| e.into_inner());
-                    list.retain(|(_, h)| !h.is_finished());
                     match spawned {
-                        Ok(h) => list.push((keep, h)),
-                        Err(e) => tw_log!(Level::Error, "cannot spawn tcp session thread: {e}"),
+                        Ok(h) => list.threads.push(h),
+                        Err(e) => {
+                            list.streams.remove(&id);
+                            tw_log!(Level::Error, "cannot spawn tcp session thread: {e}");
+                        }
                     }
                 }
             })?;
@@ -111,17 +187,85 @@ impl Drop for TcpServer {
         if let Some(t) = self.accept.take() {
             let _ = t.join();
         }
-        let list = std::mem::take(&mut *self.sessions.lock().unwrap_or_else(|e| e.into_inner()));
-        for (s, _) in &list {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-        for (_, h) in list {
+        let threads = {
+            let mut list = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            for &(fd, _) in list.streams.values() {
+                // SAFETY: sessions remove their fd from the list (under this lock, held here)
+                // before closing it, so `fd` is an open socket; shutdown(2) wakes its I/O.
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            }
+            std::mem::take(&mut list.threads)
+        };
+        for h in threads {
             let _ = h.join();
         }
     }
 }
 
-fn serve(stream: &TcpStream, registry: &Registry) -> io::Result<()> {
+/// Milliseconds since `epoch`.
+fn since(epoch: Instant) -> u64 {
+    epoch.elapsed().as_millis() as u64
+}
+
+/// At the connection cap: ends the session that has been quiet the longest (it is most likely
+/// idle; a live peer reconnects transparently) and waits briefly for its slot, so that a flood of
+/// idle connections cannot lock out a new peer. `None` when no slot came free.
+fn make_room(sessions: &Sessions, slots: &Arc<Slots>, epoch: Instant) -> Option<Permit> {
+    {
+        let list = sessions.lock().unwrap_or_else(|e| e.into_inner());
+        // Relaxed: an approximate age is enough to pick a victim.
+        let quietest = list
+            .streams
+            .values()
+            .min_by_key(|(_, a)| a.load(Ordering::Relaxed))?;
+        if since(epoch).saturating_sub(quietest.1.load(Ordering::Relaxed)) < 100 {
+            return None; // every session is busy
+        }
+        // SAFETY: listed fds are open while the lock is held (sessions remove theirs under it
+        // before closing); shutdown(2) only ends that connection.
+        unsafe { libc::shutdown(quietest.0, libc::SHUT_RDWR) };
+    }
+    let until = Instant::now() + Duration::from_millis(200);
+    loop {
+        if let Some(p) = slots.try_take() {
+            return Some(p);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// What a session needs besides its socket and the registry.
+struct Session<'a> {
+    slot: &'a PinSlot,
+    limits: DataLimits,
+    /// When the session last started a request (ms since `epoch`).
+    active: &'a AtomicU64,
+    epoch: Instant,
+}
+
+/// True for the error a read timeout gives.
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::Result<()> {
+    let Session {
+        slot,
+        limits,
+        active,
+        epoch,
+    } = session;
+    // The socket's read timeout is min(io_timeout, idle_timeout): a stall in the middle of a
+    // request ends the connection at once; between requests, silent periods add up until
+    // `idle_timeout` (no per-request system call to switch timeouts).
+    let step = limits.io_timeout.min(limits.idle_timeout);
+    let mut idle = Duration::ZERO;
     let fd = stream.as_raw_fd();
     let mut reader = stream;
     let mut rb = RecvBuf::new(RECV_BUF);
@@ -135,21 +279,37 @@ fn serve(stream: &TcpStream, registry: &Registry) -> io::Result<()> {
     };
     let mut last_large_write = false;
     loop {
+        // The previous request is done with registered memory.
+        slot.leave();
         if rb.available() < HEADER_LEN {
             flush(&mut out)?;
         }
         // After a large WRITE the next request is likely one too: read just its header so
         // that its payload goes straight into registered memory (one copy, not two).
-        let filled = if last_large_write {
-            rb.fill_exact(&mut reader, HEADER_LEN)?
+        let got = if last_large_write {
+            rb.fill_exact(&mut reader, HEADER_LEN)
         } else {
-            rb.fill(&mut reader, HEADER_LEN)?
+            rb.fill(&mut reader, HEADER_LEN)
         };
+        let filled = match got {
+            Err(e) if timed_out(&e) && rb.available() == 0 => {
+                idle += step;
+                if idle >= limits.idle_timeout {
+                    tw_log!(Level::Debug, "tcp: closing a connection idle for {idle:?}");
+                    return Ok(());
+                }
+                continue;
+            }
+            r => r?,
+        };
+        idle = Duration::ZERO;
+        // Relaxed: read only to pick an eviction victim.
+        active.store(since(epoch), Ordering::Relaxed);
         if !filled {
             return Ok(());
         }
         let h = Header::decode(rb.take(HEADER_LEN).try_into().expect("24 bytes"));
-        let checked = registry.check_place(h.addr, h.size, Access::Remote);
+        let checked = registry.check_pinned(h.addr, h.size, slot);
         if h.vm {
             // Same-host path: validate only; the initiator copies. Needs acknowledged framing.
             if !h.v2 {
@@ -158,10 +318,12 @@ fn serve(stream: &TcpStream, registry: &Registry) -> io::Result<()> {
                     "validate-only request without v2 framing",
                 ));
             }
-            let code = if checked.is_ok() {
-                STATUS_OK
-            } else {
-                STATUS_ADDR_REJECTED
+            // GPU memory never takes the kernel copy (process_vm_* cannot reach it): the
+            // initiator re-sends such a request over the socket.
+            let code = match checked {
+                Ok(None) => STATUS_OK,
+                Ok(Some(_)) => STATUS_NOT_SAME_HOST,
+                Err(_) => STATUS_ADDR_REJECTED,
             };
             out.extend_from_slice(&status_frame(code));
             continue;

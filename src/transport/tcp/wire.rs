@@ -16,6 +16,9 @@ pub const STATUS_MAGIC: u32 = 0x4D43_5456;
 pub const STATUS_OK: u32 = 0;
 /// Status code: address rejected.
 pub const STATUS_ADDR_REJECTED: u32 = 1;
+/// tidewire extension, answered only to validate-only requests: the range is valid but must not
+/// be copied with `process_vm_*` (GPU memory); re-send it over the socket.
+pub const STATUS_NOT_SAME_HOST: u32 = 2;
 
 /// Wire opcode for WRITE (anything else is READ).
 pub const OP_WRITE: u8 = 1;

@@ -3,20 +3,33 @@
 //! their headers (and WRITE payloads) with one vectored syscall, without waiting for replies
 //! (pipelining); the receiver reads replies in order, straight into READ destinations.
 //!
-//! Failure rules: a slice whose reply says "rejected" fails as `Rejected`; a slice lost to a
-//! broken connection (peer reset) is re-sent once on a fresh connection, then fails as `Socket`;
-//! a slice lost because a rejection ahead of it made the server close the stream (Mooncake
-//! closes after any rejection, tidewire after a rejected WRITE) is re-sent without using that
-//! retry (each rejection is final, so this is bounded); a peer that refuses connections fails
-//! queued slices at once and is not retried for `cooldown`. A lane reconnects only when the
-//! connection its receiver found broken is still the current one (generation numbers).
+//! Failure rules: a slice whose reply says "rejected" fails as `Rejected`; when a connection
+//! breaks (peer reset or close), the oldest unanswered slice on it is re-sent (at most
+//! `MAX_RETRIES` times) on a fresh connection, then fails as `Socket`, and the slices behind it
+//! (which the server, processing in order, never got to) are re-sent without using a retry:
+//! each broken connection charges one slice, so this is bounded, and a Mooncake server that
+//! closes after every rejection costs only the bad requests. A peer that refuses connections
+//! fails queued slices at once and is not retried for `cooldown`. A lane reconnects only when
+//! the connection its receiver found broken is still the current one (generation numbers).
+//!
+//! Deadlines: every slice carries its task's deadline (`transfer_timeout_ms`). Replies are
+//! awaited at most until the deadline of the slice they answer; a slice past its deadline is
+//! never sent or re-sent and fails as `Timeout`; connections carry keepalive and
+//! `TCP_USER_TIMEOUT`, so a frozen, black-holed or half-open peer ends every task in time.
+//!
+//! Same-host path: a connection uses `process_vm_*` only after the kernel confirmed that the
+//! peer's pid holds the server end of that very connection (`peer_identity`); a range the peer
+//! reports as GPU memory is re-sent over the socket.
 
 mod inline;
 mod reply;
 mod send;
 
 use super::net::{RecvBuf, send_all};
-use super::wire::{HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_LEN, STATUS_OK, parse_status};
+use super::wire::{
+    HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_LEN, STATUS_NOT_SAME_HOST, STATUS_OK,
+    parse_status,
+};
 use crate::error::ErrorKind;
 use crate::log::Level;
 use crate::memory::raw;
@@ -42,6 +55,8 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Deadline for any single socket read or write while a reply is due.
     pub io_timeout: Duration,
+    /// Every slice ends within this time of its submission (its `deadline`).
+    pub transfer_timeout: Duration,
     /// After a failed connect, fail new work at once for this long.
     pub cooldown: Duration,
     /// Most slices gathered into one send.
@@ -56,6 +71,7 @@ impl Default for ClientConfig {
             lanes: 2,
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
+            transfer_timeout: Duration::from_secs(30),
             cooldown: Duration::from_millis(1000),
             gather: 256,
             max_inflight: 4096,
@@ -117,6 +133,12 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The read timeout of a fresh stream: no reply is awaited longer than `io_timeout`, nor
+    /// past the transfer deadline.
+    fn base_read_timeout(&self) -> Duration {
+        self.cfg.io_timeout.min(self.cfg.transfer_timeout)
+    }
+
     fn lane_rx(&self, lane: usize) -> std::sync::MutexGuard<'_, LaneRx> {
         self.lanes_rx[lane]
             .lock()
@@ -138,10 +160,14 @@ impl Shared {
 impl Shared {
     /// Fails `s`, or re-queues it once when it was lost to a broken connection.
     fn fail_or_retry(&self, mut s: Slice, kind: ErrorKind, retryable: bool) {
+        if Instant::now() >= s.deadline {
+            s.done.finish(Err(ErrorKind::Timeout));
+            return;
+        }
         // Acquire pairs with the Release in `Peer::drop`.
         if retryable
             && kind == ErrorKind::Socket
-            && s.retries < 1
+            && s.retries < MAX_RETRIES
             && !self.shutdown.load(Ordering::Acquire)
         {
             s.retries += 1;
@@ -158,6 +184,10 @@ impl Shared {
     /// Re-queues `s` without using its retry: it was never executed because a rejected WRITE
     /// ahead of it ended the connection.
     fn resend(&self, s: Slice) {
+        if Instant::now() >= s.deadline {
+            s.done.finish(Err(ErrorKind::Timeout));
+            return;
+        }
         // Acquire pairs with the Release in `Peer::drop`.
         if self.shutdown.load(Ordering::Acquire) {
             s.done.finish(Err(ErrorKind::Shutdown));
@@ -170,6 +200,12 @@ impl Shared {
         }
     }
 }
+
+/// Times a slice is re-sent after a broken connection before it fails. Two, not one: a server
+/// that closes with unread input (Mooncake after a rejection) resets the connection, and the
+/// reset can drop replies it had not sent yet, so a good slice can be the oldest unanswered one
+/// through no fault of its own.
+const MAX_RETRIES: u8 = 2;
 
 /// Lanes to one peer.
 pub struct Peer {
@@ -288,8 +324,10 @@ impl Peer {
                 generation: 0,
                 headers: Vec::with_capacity(cfg.gather),
                 expect: etx,
+                last_send: Instant::now(),
             }));
         }
+        let cfg_read_timeout = cfg.io_timeout.min(cfg.transfer_timeout);
         let shared = Arc::new(Shared {
             addr: addr.clone(),
             cfg,
@@ -300,7 +338,9 @@ impl Peer {
             cooldown_until: Mutex::new(None),
             vm_on: AtomicBool::new(addr.vm_pid != 0 && addr.v2),
             lanes_tx,
-            lanes_rx: (0..lanes).map(|_| Mutex::new(LaneRx::new())).collect(),
+            lanes_rx: (0..lanes)
+                .map(|_| Mutex::new(LaneRx::new(cfg_read_timeout)))
+                .collect(),
             expected: (0..lanes).map(|_| AtomicUsize::new(0)).collect(),
             credit: (0..lanes).map(|_| Credit::default()).collect(),
         });
@@ -315,13 +355,19 @@ impl Peer {
             peer.senders.push(
                 std::thread::Builder::new()
                     .name(format!("tw-tcp-lane-{}-tx{lane}", shared.addr.port))
-                    .spawn(move || sender_loop(&sh, lane, &q))?,
+                    .spawn(move || {
+                        crate::guard::guarded("tcp lane sender", || sender_loop(&sh, lane, &q))
+                    })?,
             );
             let sh = shared.clone();
             peer.receivers.push(
                 std::thread::Builder::new()
                     .name(format!("tw-tcp-lane-{}-rx{lane}", shared.addr.port))
-                    .spawn(move || receiver_loop(&sh, lane, &erx))?,
+                    .spawn(move || {
+                        crate::guard::guarded("tcp lane receiver", || {
+                            receiver_loop(&sh, lane, &erx)
+                        })
+                    })?,
             );
         }
         Ok(peer)

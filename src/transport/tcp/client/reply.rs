@@ -6,6 +6,8 @@ use std::os::fd::RawFd;
 
 enum ReplyError {
     Rejected,
+    /// A validate-only request on GPU memory: re-send it over the socket.
+    NotSameHost,
     /// The local side failed (GPU copy); the payload was consumed, the stream is fine.
     Local(crate::error::Error),
     /// The kernel refused the same-host copy: fall back to TCP.
@@ -21,23 +23,27 @@ pub(super) struct LaneRx {
     /// Current stream and its generation.
     stream: Option<(Arc<TcpStream>, u64)>,
     broken: bool,
-    /// A request on the current stream was rejected: a Mooncake server closes the stream after
-    /// any rejection (ours after a rejected WRITE), so requests behind it were never executed
-    /// and are re-sent without using their one retry. Each rejection is final, so this is
-    /// bounded.
+    /// A request on the current stream was rejected, or the stream broke and its oldest
+    /// unanswered request was charged for it: a Mooncake server closes the stream after any
+    /// rejection (ours after a rejected WRITE), and processes requests in order, so requests
+    /// behind that point were never executed and are re-sent without using their one retry.
+    /// Each rejection is final and each broken stream charges one retry, so this is bounded.
     after_reject: bool,
     rb: RecvBuf,
+    /// The read timeout set on the current stream (lowered to each slice's remaining deadline).
+    read_timeout: Duration,
     /// The socket was seen readable since the last reply was handled.
     readable: bool,
 }
 
 impl LaneRx {
-    pub(super) fn new() -> LaneRx {
+    pub(super) fn new(base_timeout: Duration) -> LaneRx {
         LaneRx {
             stream: None,
             broken: true,
             after_reject: false,
             rb: RecvBuf::new(256 << 10),
+            read_timeout: base_timeout,
             readable: false,
         }
     }
@@ -68,6 +74,7 @@ pub(super) fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>)
                 rx.after_reject = false;
                 rx.readable = false;
                 rx.rb = RecvBuf::new(256 << 10);
+                rx.read_timeout = sh.base_read_timeout();
                 false
             }
             Expect::Reply(s, vm) => {
@@ -94,6 +101,7 @@ pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Sli
         broken,
         after_reject,
         rb,
+        read_timeout,
         readable,
     } = rx;
     *readable = false;
@@ -111,6 +119,19 @@ pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Sli
         sh.broken[lane].store(*generation, Ordering::Release);
         let _ = st.shutdown(Shutdown::Both);
     };
+    // Wait for this reply no longer than its slice's deadline.
+    let left = slice.deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        *broken = true;
+        end_stream();
+        slice.done.finish(Err(ErrorKind::Timeout));
+        return;
+    }
+    let want = sh.base_read_timeout().min(left);
+    if want < *read_timeout || want > *read_timeout + *read_timeout / 16 {
+        let _ = st.set_read_timeout(Some(want.max(Duration::from_millis(1))));
+        *read_timeout = want;
+    }
     let vm_pid = if vm { sh.addr.vm_pid } else { 0 };
     match read_reply(sh.addr.v2, vm_pid, st, rb, &slice) {
         Ok(()) => {
@@ -124,6 +145,11 @@ pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Sli
                 sh.addr.vm_pid
             );
             sh.vm_on.store(false, Ordering::Relaxed);
+            sh.resend(slice);
+        }
+        Err(ReplyError::NotSameHost) => {
+            let mut slice = slice;
+            slice.no_vm = true;
             sh.resend(slice);
         }
         Err(ReplyError::Local(e)) => {
@@ -182,6 +208,8 @@ pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Sli
                     sh.addr.host,
                     sh.addr.port
                 );
+                // This slice is charged; the ones behind it were never executed.
+                *after_reject = true;
                 sh.fail_or_retry(slice, ErrorKind::Socket, true);
             }
         }
@@ -214,6 +242,7 @@ fn read_reply(
         match parse_status(&frame) {
             Some(STATUS_OK) => {}
             Some(STATUS_ADDR_REJECTED) => return Err(ReplyError::Rejected),
+            Some(STATUS_NOT_SAME_HOST) if vm_pid != 0 => return Err(ReplyError::NotSameHost),
             Some(c) => return Err(ReplyError::Protocol(format!("unknown status code {c}"))),
             None => {
                 return Err(ReplyError::Protocol(format!(

@@ -6,12 +6,18 @@ use super::*;
 pub(super) fn connect(sh: &Shared) -> Result<TcpStream, String> {
     let addrs = crate::metadata::resolve(&sh.addr.host, sh.addr.port).map_err(|e| e.to_string())?;
     let mut last = String::new();
+    let io = sh.base_read_timeout();
     for a in addrs {
-        match TcpStream::connect_timeout(&a, sh.cfg.connect_timeout) {
+        match TcpStream::connect_timeout(&a, sh.cfg.connect_timeout.min(sh.cfg.transfer_timeout)) {
             Ok(s) => {
                 let _ = s.set_nodelay(true);
-                let _ = s.set_read_timeout(Some(sh.cfg.io_timeout));
-                let _ = s.set_write_timeout(Some(sh.cfg.io_timeout));
+                let _ = s.set_read_timeout(Some(io));
+                let _ = s.set_write_timeout(Some(io));
+                // A dead or silent peer ends the connection within the transfer deadline.
+                let idle = sh.cfg.transfer_timeout.min(Duration::from_secs(30));
+                if let Err(e) = crate::transport::tcp::sockopt::harden(&s, idle, io) {
+                    tw_log!(Level::Debug, "tcp: keepalive/user timeout not set: {e}");
+                }
                 return Ok(s);
             }
             Err(e) => last = format!("{a}: {e}"),
@@ -63,6 +69,37 @@ pub(super) struct LaneTx {
     pub(super) generation: u64,
     pub(super) headers: Vec<[u8; HEADER_LEN]>,
     pub(super) expect: Sender<Expect>,
+    /// When this lane last sent: after an idle gap the connection is checked before use.
+    pub(super) last_send: Instant,
+}
+
+/// A connection idle this long is checked (without blocking) before it is used again: the peer
+/// may have closed it meanwhile (its idle timeout, a restart), and a v1 WRITE written into such a
+/// connection would be reported sent although nobody reads it.
+const IDLE_CHECK_AFTER: Duration = Duration::from_millis(2);
+
+/// True when the peer has closed (or reset) `s`: a non-blocking peek sees end-of-file or an
+/// error. Pending reply bytes mean it is alive.
+fn peer_closed(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    // SAFETY: `s` is an open socket; the buffer is one writable byte; MSG_PEEK leaves the data
+    // in the socket, MSG_DONTWAIT never blocks.
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        0 => true,
+        n if n > 0 => false,
+        _ => !matches!(
+            std::io::Error::last_os_error().kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+        ),
+    }
 }
 
 impl LaneTx {
@@ -99,12 +136,29 @@ impl LaneTx {
                 .for_each(|s| s.done.finish(Err(ErrorKind::Shutdown)));
             return Vec::new();
         }
+        // Slices past their deadline are never sent.
+        let now = Instant::now();
+        if batch.iter().any(|s| now >= s.deadline) {
+            let (late, keep): (Vec<Slice>, Vec<Slice>) =
+                batch.drain(..).partition(|s| now >= s.deadline);
+            late.into_iter()
+                .for_each(|s| s.done.finish(Err(ErrorKind::Timeout)));
+            *batch = keep;
+            if batch.is_empty() {
+                return Vec::new();
+            }
+        }
         // Acquire pairs with the receiver's Release when it marks a connection broken.
-        if self.conn.is_some() && sh.broken[lane].load(Ordering::Acquire) == self.generation {
+        let stale = self.conn.as_ref().is_some_and(|c| {
+            sh.broken[lane].load(Ordering::Acquire) == self.generation
+                || (now.duration_since(self.last_send) >= IDLE_CHECK_AFTER && peer_closed(c))
+        });
+        if stale {
             if let Some(old) = self.conn.take() {
                 let _ = old.shutdown(Shutdown::Both);
             }
         }
+        self.last_send = now;
         if self.conn.is_none() {
             self.generation += 1;
             self.conn = open_lane(sh, lane, self.generation, &self.expect);
@@ -160,6 +214,20 @@ pub(super) fn open_lane(
         Ok(s) => {
             *cd = None;
             drop(cd);
+            // Relaxed: only this lane's own sends depend on it, in this thread.
+            if sh.vm_on.load(Ordering::Relaxed)
+                && !crate::transport::tcp::peer_identity::peer_socket_owned_by(&s, sh.addr.vm_pid)
+            {
+                tw_log!(
+                    Level::Warn,
+                    "tcp: {}:{} is not served by pid {}, which its descriptor claims; the \
+                     same-host path is off for this peer",
+                    sh.addr.host,
+                    sh.addr.port,
+                    sh.addr.vm_pid
+                );
+                sh.vm_on.store(false, Ordering::Relaxed);
+            }
             let s = Arc::new(s);
             sh.streams.lock().unwrap_or_else(|e| e.into_inner())[lane] = Some(s.clone());
             // The receiver switches to the new stream before any reply on it is expected.
@@ -197,7 +265,7 @@ pub(super) fn send_batch(
     // Small requests are cheaper inline on the socket than as a validation round trip plus a
     // separate copy. GPU memory never takes the same-host kernel copy: it is staged over the
     // socket.
-    let vm = |s: &Slice| vm_on && s.len >= VM_MIN_BYTES && s.gpu.is_none();
+    let vm = |s: &Slice| vm_on && s.len >= VM_MIN_BYTES && s.gpu.is_none() && !s.no_vm;
     headers.clear();
     headers.extend(batch.iter().map(|s| {
         Header {

@@ -1,0 +1,111 @@
+//! Entry points for the fuzz targets in `fuzz/`: every decoder a peer can reach, fed arbitrary
+//! bytes. Not part of the API (hidden from the docs); each function must return normally for any
+//! input, which is what the fuzzer checks.
+
+use crate::metadata::SegmentDesc;
+use crate::metadata::rpc::{self, MsgType};
+use crate::transport::tcp::wire::{HEADER_LEN, Header, STATUS_LEN, parse_status, status_frame};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// A data-connection request header and a v2 status frame: decoding never fails, and a decoded
+/// header encodes back to the same meaning.
+pub fn data_frames(data: &[u8]) {
+    if let Some(b) = data.get(..HEADER_LEN) {
+        let h = Header::decode(b.try_into().expect("24 bytes"));
+        assert_eq!(Header::decode(&h.encode()), h);
+    }
+    if let Some(b) = data.get(..STATUS_LEN) {
+        if let Some(code) = parse_status(b.try_into().expect("8 bytes")) {
+            assert_eq!(parse_status(&status_frame(code)), Some(code));
+        }
+    }
+}
+
+/// A handshake frame (length, type, body) as a peer sends it, then its body as a segment
+/// descriptor when it claims to be one.
+pub fn handshake_frame(data: &[u8]) {
+    if let Ok((ty, body)) = rpc::read_frame(&mut &data[..], rpc::DEFAULT_MAX_FRAME) {
+        if MsgType::from_u8(ty) == Some(MsgType::Metadata) {
+            let _ = SegmentDesc::decode(&body);
+        }
+    }
+}
+
+/// A segment descriptor's JSON (from a handshake reply or a metadata server).
+pub fn descriptor_json(data: &[u8]) {
+    if let Ok(d) = SegmentDesc::decode(data) {
+        // Whatever decodes re-encodes and decodes to the same descriptor.
+        let again = SegmentDesc::decode(d.encode().as_bytes()).expect("re-decodes");
+        assert_eq!(again.buffers, d.buffers);
+    }
+}
+
+/// A fixture serving the current input as the whole response to every connection.
+struct Responder {
+    port: u16,
+    input: Mutex<Vec<u8>>,
+}
+
+fn responder() -> &'static Responder {
+    static R: OnceLock<&'static Responder> = OnceLock::new();
+    R.get_or_init(|| {
+        let l = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
+        let r: &'static Responder = Box::leak(Box::new(Responder {
+            port: l.local_addr().expect("bound").port(),
+            input: Mutex::new(Vec::new()),
+        }));
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(mut c) = c else { continue };
+                let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
+                let mut req = [0u8; 4096];
+                let _ = c.read(&mut req);
+                let body = r.input.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let _ = c.write_all(&body);
+            }
+        });
+        r
+    })
+}
+
+/// An HTTP metadata server's response: the whole client (status line, headers, body, size and
+/// time bounds) against a loopback server that answers with `data` and closes.
+pub fn http_response(data: &[u8]) {
+    let r = responder();
+    *r.input.lock().unwrap_or_else(|e| e.into_inner()) = data.to_vec();
+    let url = format!("http://127.0.0.1:{}/metadata", r.port);
+    if let Ok(store) = crate::metadata::http::HttpStore::new(&url, Duration::from_millis(500)) {
+        let _ = store.get("fuzz/key");
+    }
+}
+
+/// A request on a live engine's handshake/RPC port (notifications, descriptor requests, probes,
+/// RDMA handshakes, the old untyped protocol): `data` is sent as is. The engine must answer or
+/// close, and keep serving.
+pub fn rpc_request(data: &[u8]) {
+    static ENGINE: OnceLock<crate::Engine> = OnceLock::new();
+    let e = ENGINE.get_or_init(|| {
+        let mut cfg = crate::Config::default();
+        for (k, v) in [
+            ("rdma", "off"),
+            ("same_host", "0"),
+            ("connect_timeout_ms", "300"),
+        ] {
+            cfg.set(k, v).expect("valid option");
+        }
+        crate::Engine::new(cfg).expect("engine starts")
+    });
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", e.rpc_port())) else {
+        return;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let _ = s.write_all(data);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut reply = Vec::new();
+    let _ = s.take(4 << 20).read_to_end(&mut reply);
+    // Notifications pile up otherwise.
+    let _ = e.take_notifications();
+}
