@@ -9,7 +9,7 @@ PY ?= $(VENV)/bin/python
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -pedantic -g -Iinclude
 BUILD_C := target/c_tests
 
-.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel
+.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel tq-test
 
 all: build
 
@@ -103,6 +103,13 @@ wheel:
 py-tests: build
 	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
 	TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python $(PY) -m pytest -q python/tests
+
+## TransferQueue's own MooncakeStore client on tidewire (needs .venv-tq: scripts/setup_tq_venv.sh,
+## several GiB); fails rather than skips when that environment is missing.
+tq-test: build
+	@[ -x .venv-tq/bin/python ] || [ -n "$$TIDEWIRE_TQ_PYTHON" ] || scripts/setup_tq_venv.sh
+	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
+	TIDEWIRE_REQUIRE_TQ=1 TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python $(PY) -m pytest -q python/tests/test_tq_client.py
 
 ## Interop runs inside a private network namespace: Mooncake's listeners bind all addresses.
 interop: build

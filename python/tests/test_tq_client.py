@@ -9,7 +9,9 @@ the last generation with TransferQueue's ``get(keys, shapes, dtypes, custom_back
 compares every value byte for byte, then ``clear``s and checks nothing is left.
 
 TransferQueue needs torch and lives in its own virtual environment: ``scripts/setup_tq_venv.sh``
-creates ``.venv-tq``; ``TIDEWIRE_TQ_PYTHON`` may name another interpreter.
+creates ``.venv-tq``; ``TIDEWIRE_TQ_PYTHON`` may name another interpreter. Without one the
+test is skipped with that reason, unless ``TIDEWIRE_REQUIRE_TQ=1`` (``make tq-test``, CI), which
+makes it fail instead.
 """
 
 import json
@@ -38,6 +40,9 @@ def _tq_ready():
 
 
 _REASON = _tq_ready()
+if _REASON is not None and os.environ.get("TIDEWIRE_REQUIRE_TQ") == "1":
+    # CI installs TransferQueue and must run this test, never skip it.
+    raise RuntimeError(f"TIDEWIRE_REQUIRE_TQ=1 but {_REASON}")
 pytestmark = [
     pytest.mark.skipif(not os.path.exists(MASTER_BIN), reason="build tidewire-master first"),
     pytest.mark.skipif(_REASON is not None, reason=_REASON or ""),
