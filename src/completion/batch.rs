@@ -311,6 +311,7 @@ mod tests {
             let _g = b.submit_lock.lock().unwrap();
             b.prepare_task(0, 1);
             b.prepare_task(1, 1);
+            b.add_slices(2);
             b.publish(2);
         }
         drop(SliceDone::new(b.clone(), 0));
