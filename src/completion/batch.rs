@@ -249,6 +249,12 @@ impl SliceDone {
         }
     }
 
+    /// Drops the handle without reporting anything: for a slice built by a submit that was
+    /// refused before its batch counted the slice (see [`Batch::add_slices`]).
+    pub(crate) fn disarm(mut self) {
+        self.batch = None;
+    }
+
     /// Reports the slice's result (bytes moved, or the failure).
     pub fn finish(mut self, result: Result<u64, ErrorKind>) {
         if let Some(b) = self.batch.take() {

@@ -122,7 +122,8 @@ impl Inner {
         let mut region = None;
         // Slices in request order, and the runs of consecutive slices that share a route
         // (route index, end of the run in `slices`).
-        let mut slices: Vec<Slice> = Vec::with_capacity(reqs.len());
+        let mut unsent = Unsent(Vec::with_capacity(reqs.len()));
+        let slices = &mut unsent.0;
         let mut runs: Vec<(usize, usize)> = Vec::new();
         let mut run_route = usize::MAX;
         let mut total: u64 = 0;
@@ -191,6 +192,7 @@ impl Inner {
             runs.push((run_route, slices.len()));
         }
         batch.add_slices(total);
+        let slices = std::mem::take(&mut unsent.0);
         batch.publish(start + reqs.len());
         // Consecutive slices to one route go down together (for TCP: one inline send when
         // small); the common single-route submit hands over `slices` itself.
@@ -207,5 +209,18 @@ impl Inner {
             }
         }
         Ok(start)
+    }
+}
+
+/// The slices of a submit still being validated. If the submit is refused they are dropped
+/// unsent, and disarmed: their batch never counted them, so they must not report a failure
+/// (a dropped [`SliceDone`] otherwise fails its task).
+struct Unsent(Vec<Slice>);
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        for s in self.0.drain(..) {
+            s.done.disarm();
+        }
     }
 }
