@@ -27,6 +27,16 @@ fn node(metadata: &str, name: &str) -> Engine {
     ])
 }
 
+/// Engines `node-a` and `node-b` on `metadata`, and a 1 MiB patterned buffer registered on `b`.
+fn nodes_a_b(metadata: &str) -> (Engine, Engine, Buf) {
+    let a = node(metadata, "node-a");
+    let b = node(metadata, "node-b");
+    let remote = Buf::pattern(1 << 20, 4);
+    b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+        .unwrap();
+    (a, b, remote)
+}
+
 fn keys(c: &EtcdClient) -> Vec<String> {
     c.get_prefix(b"mooncake/")
         .unwrap()
@@ -357,11 +367,7 @@ fn sigkilled_engine_keys_vanish_within_the_lease() {
 #[test]
 fn etcd_lost_and_back_empty_restores_keys() {
     let mut etcd = Etcd::single();
-    let a = node(&etcd.url(), "node-a");
-    let b = node(&etcd.url(), "node-b");
-    let remote = Buf::pattern(1 << 20, 4);
-    b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
-        .unwrap();
+    let (a, b, remote) = nodes_a_b(&etcd.url());
     let c = node(&etcd.url(), "node-c");
     write_read(&a, "node-b", &remote);
 
@@ -551,11 +557,7 @@ fn measure_segment_open() {
 #[test]
 fn etcd_restarted_with_its_data_gets_the_latest_descriptor() {
     let mut etcd = Etcd::single();
-    let a = node(&etcd.url(), "node-a");
-    let b = node(&etcd.url(), "node-b");
-    let remote = Buf::pattern(1 << 20, 4);
-    b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
-        .unwrap();
+    let (a, b, remote) = nodes_a_b(&etcd.url());
     write_read(&a, "node-b", &remote);
     etcd.kill(0);
     // A write while etcd is away fails (logged), and is made good once it returns.

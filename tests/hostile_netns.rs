@@ -9,7 +9,7 @@ use common::netns::{self, Link, Netns, Peer};
 use common::*;
 use std::time::{Duration, Instant};
 use tidewire::engine::TaskState;
-use tidewire::{Engine, Opcode, Request};
+use tidewire::{Engine, Opcode};
 
 /// The transfer deadline the tests configure.
 const DEADLINE_MS: u64 = 3000;
@@ -43,16 +43,8 @@ fn submit(e: &Engine, op: Opcode, local: &Buf, seg: i32, remote: u64, n: usize, 
     e.register_memory(local.addr(), local.len(), "cpu:0", true)
         .unwrap();
     let b = e.alloc_batch(n).unwrap();
-    let reqs: Vec<Request> = (0..n as u64)
-        .map(|i| Request {
-            op,
-            local: local.addr() + i * len,
-            segment: seg,
-            remote: remote + i * len,
-            len,
-        })
-        .collect();
-    e.submit(b, &reqs).unwrap();
+    e.submit(b, &strided_requests(op, local, seg, remote, n as u64, len))
+        .unwrap();
     b
 }
 

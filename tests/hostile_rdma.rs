@@ -5,8 +5,8 @@
 
 mod common;
 use common::Buf;
+use common::fake_verbs::build_fake_verbs;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 use tidewire::engine::TaskState;
@@ -16,28 +16,8 @@ use tidewire::{Config, Engine, Opcode, Request};
 /// Builds the fake provider once per test process (gcc, into the target directory).
 fn fake_lib() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fake_verbs");
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake_verbs_hostile");
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("libibverbs.so.1");
-        let tmp = dir.join(format!("libibverbs.so.1.{}", std::process::id()));
-        let st = Command::new("gcc")
-            .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
-            .arg(&tmp)
-            .arg(src.join("fake_ibverbs.c"))
-            .arg(format!(
-                "-Wl,--version-script={}",
-                src.join("fake_ibverbs.map").display()
-            ))
-            .arg("-Wl,-soname,libibverbs.so.1")
-            .status()
-            .expect("running gcc");
-        assert!(st.success(), "building the fake verbs provider failed");
-        std::fs::rename(&tmp, &out).unwrap();
-        out
-    })
-    .clone()
+    LIB.get_or_init(|| build_fake_verbs("fake_verbs_hostile"))
+        .clone()
 }
 
 fn rdma_engine(opts: &[(&str, &str)]) -> Engine {

@@ -5,18 +5,9 @@
 
 mod common;
 use common::*;
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 use tidewire::engine::TaskState;
-use tidewire::{Engine, Opcode, Request};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use tidewire::{Engine, Opcode};
 
 /// Runs `n` requests of `len` bytes; returns every task's state and the time taken.
 fn batch(
@@ -30,16 +21,8 @@ fn batch(
 ) -> (Vec<TaskState>, Duration) {
     let t0 = Instant::now();
     let b = e.alloc_batch(n as usize).unwrap();
-    let reqs: Vec<Request> = (0..n)
-        .map(|i| Request {
-            op,
-            local: local.addr() + i * len,
-            segment: seg,
-            remote: remote + i * len,
-            len,
-        })
-        .collect();
-    e.submit(b, &reqs).unwrap();
+    e.submit(b, &strided_requests(op, local, seg, remote, n, len))
+        .unwrap();
     let _ = e.wait_batch(b, Some(Duration::from_secs(20)));
     let took = t0.elapsed();
     let states = (0..n as usize)

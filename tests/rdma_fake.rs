@@ -7,6 +7,7 @@
 
 mod common;
 use common::Buf;
+use common::fake_verbs::build_fake_verbs;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -19,28 +20,7 @@ const SCENARIO_VAR: &str = "TW_RDMA_SCENARIO";
 /// Builds the fake provider once per test process (gcc, into the target directory).
 fn fake_lib() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fake_verbs");
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake_verbs");
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("libibverbs.so.1");
-        let tmp = dir.join(format!("libibverbs.so.1.{}", std::process::id()));
-        let st = Command::new("gcc")
-            .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
-            .arg(&tmp)
-            .arg(src.join("fake_ibverbs.c"))
-            .arg(format!(
-                "-Wl,--version-script={}",
-                src.join("fake_ibverbs.map").display()
-            ))
-            .arg("-Wl,-soname,libibverbs.so.1")
-            .status()
-            .expect("running gcc");
-        assert!(st.success(), "building the fake verbs provider failed");
-        std::fs::rename(&tmp, &out).unwrap();
-        out
-    })
-    .clone()
+    LIB.get_or_init(|| build_fake_verbs("fake_verbs")).clone()
 }
 
 /// Points the engine at the fake provider. Every test in this process sets the same value.

@@ -7,9 +7,9 @@
 
 mod common;
 use common::etcd::Etcd;
+use common::master::spawn_master;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -35,25 +35,15 @@ struct MasterProc {
 }
 
 fn start_master(etcd: &Etcd, oplog: bool) -> MasterProc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tidewire-master"))
-        .args([
-            "--rpc_address=127.0.0.1",
-            "--rpc_port=0",
-            "--enable_metric_reporting=false",
-            "--enable_ha=true",
-            &format!("--etcd_endpoints={}", etcd.endpoints()),
-            &format!("--ha_lease_ttl={}", ttl()),
-            &format!("--enable_oplog={oplog}"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("master starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_str(&line).expect("ready line");
+    let (child, v) = spawn_master([
+        "--rpc_address=127.0.0.1",
+        "--rpc_port=0",
+        "--enable_metric_reporting=false",
+        "--enable_ha=true",
+        &format!("--etcd_endpoints={}", etcd.endpoints()),
+        &format!("--ha_lease_ttl={}", ttl()),
+        &format!("--enable_oplog={oplog}"),
+    ]);
     MasterProc {
         child,
         addr: format!("127.0.0.1:{}", v["rpc_port"].as_u64().unwrap()),

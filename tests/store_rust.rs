@@ -2,8 +2,9 @@
 //! engines, so bytes cross engines), covering put/upsert/get/remove semantics, leases, sizes
 //! above the 16 MiB slice, a full segment, bad input, and a master restart.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
+use common::master::spawn_master;
+use std::process::Child;
 use std::time::{Duration, Instant};
 use tidewire::store::{StoreClient, StoreConfig, WriteConfig, code};
 
@@ -22,17 +23,7 @@ impl MasterProc {
             "--metrics_port=0".to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tidewire-master"))
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("master starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(&line).expect("ready line");
+        let (child, v) = spawn_master(&args);
         MasterProc {
             child,
             port: v["rpc_port"].as_u64().unwrap() as u16,

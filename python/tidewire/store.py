@@ -166,6 +166,12 @@ def _ptrs_ok(ptrs):
     return _ints(ptrs, 1 << 64) is not None
 
 
+def _c_buffers(ptrs, sizes):
+    """Checked addresses and sizes (see ``_settled_by_args``) as C arrays."""
+    n = len(ptrs)
+    return (c_void_p * n)(*_ints(ptrs, 1 << 64)), (c_uint64 * n)(*_ints(sizes, 1 << 63))
+
+
 class MooncakeDistributedStore:
     """A store client: contributes a segment to the pool and reads/writes objects."""
 
@@ -279,7 +285,10 @@ class MooncakeDistributedStore:
         return _ffi.lib().tw_store_unregister_buffer(self._h, operator.index(buffer_ptr))
 
     # ---------------------------------------------------------------- writes
-    def _put(self, keys, ptrs, sizes, upsert, copy, config):
+    def _settled_by_args(self, keys, ptrs, sizes):
+        """The per-key result a zero-copy batch's arguments settle by themselves: INTERNAL_ERROR
+        without a handle, INVALID_PARAMS for mismatched lengths or a bad address or size, []
+        for no keys; None when the batch has to run."""
         n = len(keys)
         if self._h is None:
             return [INTERNAL_ERROR] * n
@@ -287,13 +296,19 @@ class MooncakeDistributedStore:
             return [INVALID_PARAMS] * n
         if n == 0:
             return []
-        ptrs, sizes = _ints(ptrs, 1 << 64), _ints(sizes, 1 << 63)
+        return None
+
+    def _put(self, keys, ptrs, sizes, upsert, copy, config):
+        settled = self._settled_by_args(keys, ptrs, sizes)
+        if settled is not None:
+            return settled
+        n = len(keys)
+        cptrs, csizes = _c_buffers(ptrs, sizes)
         karr, _keep = _keys(keys)
         res = (c_int32 * n)()
         cfg = (config or ReplicateConfig())._c()
         rc = _ffi.lib().tw_store_put(
-            self._h, karr, (c_void_p * n)(*ptrs), (c_uint64 * n)(*sizes), n,
-            1 if upsert else 0, 1 if copy else 0, byref(cfg), res,
+            self._h, karr, cptrs, csizes, n, 1 if upsert else 0, 1 if copy else 0, byref(cfg), res,
         )
         return [rc] * n if rc != 0 else list(res)
 
@@ -353,18 +368,15 @@ class MooncakeDistributedStore:
     def batch_get_into(self, keys, buffer_ptrs, sizes):
         """Reads each key into caller memory; bytes read or a negative code per key."""
         keys, ptrs, sizes = list(keys), list(buffer_ptrs), list(sizes)
+        settled = self._settled_by_args(keys, ptrs, sizes)
+        if settled is not None:
+            return settled
         n = len(keys)
-        if self._h is None:
-            return [INTERNAL_ERROR] * n
-        if not (n == len(ptrs) == len(sizes)) or not _ptrs_ok(ptrs) or not _sizes_ok(sizes):
-            return [INVALID_PARAMS] * n
-        if n == 0:
-            return []
-        ptrs, sizes = _ints(ptrs, 1 << 64), _ints(sizes, 1 << 63)
+        cptrs, csizes = _c_buffers(ptrs, sizes)
         karr, _keep = _keys(keys)
         res = (c_int64 * n)()
         rc = _ffi.lib().tw_store_get_into(
-            self._h, karr, (c_void_p * n)(*ptrs), (c_uint64 * n)(*sizes), n, res
+            self._h, karr, cptrs, csizes, n, res
         )
         return [rc] * n if rc != 0 else list(res)
 

@@ -7,25 +7,17 @@
 //! failed call. Every function is thread-safe on one `tw_store`; none retains caller pointers.
 
 #[path = "store_args.rs"]
+#[macro_use]
 mod args;
 #[path = "store_sized.rs"]
 mod sized;
 
 use super::ffi_boundary;
-use args::{arr, arr_mut, bad, keys, store, write_config};
-
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(c) => return c.into(),
-        }
-    };
-}
 use super::status::set_last_error;
 use crate::store::copying::Fetched;
 use crate::store::proto::code;
 use crate::store::{StoreClient, StoreConfig};
+use args::{arr, arr_mut, bad, key_buffers, per_key, store, store_keys, write_config};
 use std::ffi::{c_char, c_void};
 
 // The literals are for cbindgen; the assertion below checks them against `proto::code` when the
@@ -290,9 +282,7 @@ pub unsafe extern "C" fn tw_store_put(
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let c = tri!(unsafe { store(s) });
-        // SAFETY: pointers as documented in this function's contract.
-        let ks = tri!(unsafe { keys(keys_in, n) });
+        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, n) });
         // SAFETY: pointers as documented in this function's contract.
         let ps = tri!(unsafe { arr(ptrs, n, "ptrs") });
         // SAFETY: pointers as documented in this function's contract.
@@ -321,11 +311,7 @@ pub unsafe extern "C" fn tw_store_put(
                 .collect();
             c.put_values(&items, upsert != 0, &wcfg)
         } else {
-            let items: Vec<(&str, u64, u64)> = ks
-                .iter()
-                .zip(ps.iter().zip(ss))
-                .map(|(k, (p, l))| (*k, *p as u64, *l))
-                .collect();
+            let items = key_buffers(&ks, ps, ss);
             // SAFETY: each buffer is readable and unchanged during the call per the contract.
             unsafe { c.put_from(&items, upsert != 0, &wcfg) }
         };
@@ -351,20 +337,14 @@ pub unsafe extern "C" fn tw_store_get_into(
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let c = tri!(unsafe { store(s) });
-        // SAFETY: pointers as documented in this function's contract.
-        let ks = tri!(unsafe { keys(keys_in, n) });
+        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, n) });
         // SAFETY: pointers as documented in this function's contract.
         let ps = tri!(unsafe { arr(ptrs, n, "ptrs") });
         // SAFETY: pointers as documented in this function's contract.
         let cs = tri!(unsafe { arr(caps, n, "caps") });
         // SAFETY: pointers as documented in this function's contract.
         let out = tri!(unsafe { arr_mut(results, n, "results") });
-        let items: Vec<(&str, u64, u64)> = ks
-            .iter()
-            .zip(ps.iter().zip(cs))
-            .map(|(k, (p, l))| (*k, *p as u64, *l))
-            .collect();
+        let items = key_buffers(&ks, ps, cs);
         // SAFETY: each destination is writable and unshared per the contract.
         out.copy_from_slice(&unsafe { c.get_into(&items) });
         code::OK
@@ -386,9 +366,7 @@ pub unsafe extern "C" fn tw_store_get_copy(
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let c = tri!(unsafe { store(s) });
-        // SAFETY: pointers as documented in this function's contract.
-        let ks = tri!(unsafe { keys(keys_in, n) });
+        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, n) });
         // SAFETY: pointers as documented in this function's contract.
         let vs = tri!(unsafe { arr_mut(values, n, "values") });
         // SAFETY: pointers as documented in this function's contract.
@@ -462,9 +440,7 @@ pub unsafe extern "C" fn tw_store_get_ranges(
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let c = tri!(unsafe { store(s) });
-        // SAFETY: pointers as documented in this function's contract.
-        let ks = tri!(unsafe { keys(keys_in, n) });
+        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, n) });
         // SAFETY: pointers as documented in this function's contract.
         let ds = tri!(unsafe { arr(dsts, n, "dsts") });
         // SAFETY: pointers as documented in this function's contract.
@@ -489,10 +465,8 @@ pub unsafe extern "C" fn tw_store_get_ranges(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_get_size(s: *const tw_store, key: *const c_char) -> i64 {
     ffi_boundary!(code::INTERNAL_ERROR as i64, {
-        // SAFETY: `s` is a live handle per the contract above.
-        let c = tri!(unsafe { store(s) }.map_err(i64::from));
-        // SAFETY: pointers as documented in this function's contract.
-        let k = tri!(unsafe { keys(&key, 1) }.map_err(i64::from));
+        // SAFETY: `s` is a live handle and `key` a C string per the contract above.
+        let (c, k) = tri!(unsafe { store_keys(s, &key, 1) }.map_err(i64::from));
         match c.sizes(&k)[0] {
             Ok(n) => n as i64,
             Err(e) => e as i64,
@@ -513,13 +487,7 @@ pub unsafe extern "C" fn tw_store_exist(
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let c = tri!(unsafe { store(s) });
-        // SAFETY: pointers as documented in this function's contract.
-        let ks = tri!(unsafe { keys(keys_in, n) });
-        // SAFETY: pointers as documented in this function's contract.
-        let out = tri!(unsafe { arr_mut(results, n, "results") });
-        out.copy_from_slice(&c.exist(&ks));
-        code::OK
+        unsafe { per_key(s, keys_in, n, results, |c, ks| Ok(c.exist(ks))) }
     })
 }
 
@@ -537,13 +505,7 @@ pub unsafe extern "C" fn tw_store_remove(
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let c = tri!(unsafe { store(s) });
-        // SAFETY: pointers as documented in this function's contract.
-        let ks = tri!(unsafe { keys(keys_in, n) });
-        // SAFETY: pointers as documented in this function's contract.
-        let out = tri!(unsafe { arr_mut(results, n, "results") });
-        out.copy_from_slice(&c.remove(&ks, force));
-        code::OK
+        unsafe { per_key(s, keys_in, n, results, |c, ks| Ok(c.remove(ks, force))) }
     })
 }
 

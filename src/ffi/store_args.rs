@@ -1,10 +1,21 @@
-//! Argument borrowing for `store.rs`: handles, key arrays, caller arrays, the replicate config.
+//! Argument borrowing for `store.rs`: handles, key arrays, caller arrays, the replicate config,
+//! and the per-key result writing the batch calls share.
 
 use super::{tw_store, tw_store_replicate_config};
 use crate::ffi::status::set_last_error;
 use crate::store::proto::code;
 use crate::store::{StoreClient, WriteConfig};
 use std::ffi::{CStr, c_char};
+
+/// Unwraps `Ok`, or returns the error code (converted to the function's return type).
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(c) => return c.into(),
+        }
+    };
+}
 
 pub(super) fn bad(msg: impl Into<String>) -> i32 {
     set_last_error(msg.into());
@@ -20,6 +31,73 @@ pub(super) unsafe fn store<'a>(s: *const tw_store) -> Result<&'a StoreClient, i3
     unsafe { s.as_ref() }
         .map(|s| &s.client)
         .ok_or_else(|| bad("store handle is NULL"))
+}
+
+/// Borrows what every batch call starts with: the handle, then its `n` keys (in that order, so
+/// the first unusable argument is the one reported).
+///
+/// # Safety
+/// As for `store` and `keys`.
+pub(super) unsafe fn store_keys<'a>(
+    s: *const tw_store,
+    keys_in: *const *const c_char,
+    n: usize,
+) -> Result<(&'a StoreClient, Vec<&'a str>), i32> {
+    // SAFETY: per the contract above.
+    let c = unsafe { store(s) }?;
+    // SAFETY: per the contract above.
+    let ks = unsafe { keys(keys_in, n) }?;
+    Ok((c, ks))
+}
+
+/// A batch call whose only arrays are its keys and `results`: borrows the handle, the `n` keys
+/// and `results` (in that order), runs `run` and writes its one code per key into `results`.
+/// Returns OK, or the code of the first unusable argument, or `run`'s own error.
+///
+/// # Safety
+/// As for `store_keys`; `results` is NULL (only with `n == 0`) or writable for `n` elements.
+pub(super) unsafe fn per_key<T: Copy>(
+    s: *const tw_store,
+    keys_in: *const *const c_char,
+    n: usize,
+    results: *mut T,
+    run: impl FnOnce(&StoreClient, &[&str]) -> Result<Vec<T>, i32>,
+) -> i32 {
+    // SAFETY: per the contract above.
+    let (c, ks) = tri!(unsafe { store_keys(s, keys_in, n) });
+    // SAFETY: per the contract above.
+    let out = tri!(unsafe { arr_mut(results, n, "results") });
+    out.copy_from_slice(&tri!(run(c, &ks)));
+    code::OK
+}
+
+/// A caller's pointer as the address the store client takes.
+pub(super) trait Address: Copy {
+    fn addr(self) -> u64;
+}
+
+impl<T> Address for *const T {
+    fn addr(self) -> u64 {
+        self as u64
+    }
+}
+
+impl<T> Address for *mut T {
+    fn addr(self) -> u64 {
+        self as u64
+    }
+}
+
+/// Pairs key `i` with buffer `ptrs[i]` of `lens[i]` bytes: `(key, address, length)`.
+pub(super) fn key_buffers<'a, P: Address>(
+    keys: &[&'a str],
+    ptrs: &[P],
+    lens: &[u64],
+) -> Vec<(&'a str, u64, u64)> {
+    keys.iter()
+        .zip(ptrs.iter().zip(lens))
+        .map(|(k, (p, l))| (*k, p.addr(), *l))
+        .collect()
 }
 
 /// Borrows `n` NUL-terminated keys.

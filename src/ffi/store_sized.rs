@@ -1,20 +1,12 @@
 //! `tw_store_get_sized`: the copying get without staging (the caller allocates each value once
 //! its size is known, and the bytes are read straight into it).
 
-use super::args::{arr_mut, bad, keys, store};
+use super::args::{bad, per_key};
 use super::tw_store;
 use crate::ffi::ffi_boundary;
+use crate::store::StoreClient;
 use crate::store::proto::code;
 use std::ffi::{c_char, c_void};
-
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(c) => return c.into(),
-        }
-    };
-}
 
 /// Chooses where key `index`'s value (of `size` bytes) is read to: an address writable for
 /// `size` bytes, or NULL to skip the key. `ctx` is the caller's, passed through.
@@ -41,27 +33,23 @@ pub unsafe extern "C" fn tw_store_get_sized(
     results: *mut i64,
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
-        // SAFETY: pointers as documented in this function's contract.
-        let c = tri!(unsafe { store(s) });
-        // SAFETY: pointers as documented in this function's contract.
-        let ks = tri!(unsafe { keys(keys_in, n) });
-        // SAFETY: pointers as documented in this function's contract.
-        let out = tri!(unsafe { arr_mut(results, n, "results") });
-        let Some(alloc) = alloc else {
-            return bad("alloc is NULL");
+        let run = |c: &StoreClient, ks: &[&str]| {
+            let Some(alloc) = alloc else {
+                return Err(bad("alloc is NULL"));
+            };
+            let mut dst = |i: usize, size: u64| {
+                // SAFETY: the caller's callback, called as its contract describes.
+                let p = unsafe { alloc(ctx, i, size) };
+                if p.is_null() {
+                    Err(code::INTERNAL_ERROR)
+                } else {
+                    Ok(p as u64)
+                }
+            };
+            // SAFETY: every address `alloc` returns is writable for `size` bytes (contract above).
+            Ok(unsafe { c.get_sized(ks, &mut dst) })
         };
-        let mut dst = |i: usize, size: u64| {
-            // SAFETY: the caller's callback, called as its contract describes.
-            let p = unsafe { alloc(ctx, i, size) };
-            if p.is_null() {
-                Err(code::INTERNAL_ERROR)
-            } else {
-                Ok(p as u64)
-            }
-        };
-        // SAFETY: every address `alloc` returns is writable for `size` bytes (contract above).
-        let res = unsafe { c.get_sized(&ks, &mut dst) };
-        out.copy_from_slice(&res);
-        code::OK
+        // SAFETY: pointers as documented in this function's contract.
+        unsafe { per_key(s, keys_in, n, results, run) }
     })
 }

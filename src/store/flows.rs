@@ -223,6 +223,37 @@ impl Shared {
     }
 
     /// Reads `keys`; `dst(i, size)` gives the destination address for key `i` (or a code).
+    /// Looks `keys` up, granting read leases: the lease (ms) and one result per key, or the
+    /// code the whole call failed with.
+    fn lookup(&self, keys: &[&str]) -> Result<(u64, Vec<GetResult>), i32> {
+        let reply = self.conn.call(&Request::Get {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+        });
+        match reply {
+            Ok(Reply::Replicas { lease_ms, results }) if results.len() == keys.len() => {
+                Ok((lease_ms, results))
+            }
+            Ok(_) => Err(code::RPC_FAIL),
+            Err(e) => Err(e.code),
+        }
+    }
+
+    /// Ends the read leases of the keys `found` (`code::OK`) with a one-way ReadDone, if any.
+    fn read_done(&self, found: &[GetResult], keys: &[&str]) {
+        let done: Vec<KeyVersion> = found
+            .iter()
+            .zip(keys)
+            .filter(|(g, _)| g.code == code::OK)
+            .map(|(g, k)| KeyVersion {
+                key: k.to_string(),
+                version: g.version,
+            })
+            .collect();
+        if !done.is_empty() {
+            self.conn.notify(&Request::ReadDone { items: done });
+        }
+    }
+
     pub(crate) fn get_chunk(
         &self,
         keys: &[&str],
@@ -230,15 +261,9 @@ impl Shared {
         out: &mut [i64],
     ) {
         let t0 = Instant::now();
-        let reply = self.conn.call(&Request::Get {
-            keys: keys.iter().map(|k| k.to_string()).collect(),
-        });
-        let (lease_ms, found): (u64, Vec<GetResult>) = match reply {
-            Ok(Reply::Replicas { lease_ms, results }) if results.len() == keys.len() => {
-                (lease_ms, results)
-            }
-            Ok(_) => return out.fill(code::RPC_FAIL as i64),
-            Err(e) => return out.fill(e.code as i64),
+        let (lease_ms, found) = match self.lookup(keys) {
+            Ok(v) => v,
+            Err(c) => return out.fill(c as i64),
         };
         let mut reqs: Vec<Xfer> = Vec::new();
         let mut owner: Vec<usize> = Vec::new();
@@ -317,18 +342,7 @@ impl Shared {
                 }
             }
         }
-        let done: Vec<KeyVersion> = found
-            .iter()
-            .zip(keys)
-            .filter(|(g, _)| g.code == code::OK)
-            .map(|(g, k)| KeyVersion {
-                key: k.to_string(),
-                version: g.version,
-            })
-            .collect();
-        if !done.is_empty() {
-            self.conn.notify(&Request::ReadDone { items: done });
-        }
+        self.read_done(&found, keys);
     }
 }
 
@@ -459,15 +473,9 @@ impl StoreClient {
         keys.dedup();
         let sh = &self.shared;
         let t0 = Instant::now();
-        let reply = sh.conn.call(&Request::Get {
-            keys: keys.iter().map(|k| k.to_string()).collect(),
-        });
-        let (lease_ms, found) = match reply {
-            Ok(Reply::Replicas { lease_ms, results }) if results.len() == keys.len() => {
-                (lease_ms, results)
-            }
-            Ok(_) => return vec![code::RPC_FAIL as i64; frags.len()],
-            Err(e) => return vec![e.code as i64; frags.len()],
+        let (lease_ms, found) = match sh.lookup(&keys) {
+            Ok(v) => v,
+            Err(c) => return vec![c as i64; frags.len()],
         };
         let mut reqs = Vec::new();
         let mut owner = Vec::new();
@@ -539,18 +547,7 @@ impl StoreClient {
                 .filter(|r| **r >= 0)
                 .for_each(|r| *r = code::LEASE_EXPIRED as i64);
         }
-        let done: Vec<KeyVersion> = found
-            .iter()
-            .zip(&keys)
-            .filter(|(g, _)| g.code == code::OK)
-            .map(|(g, k)| KeyVersion {
-                key: k.to_string(),
-                version: g.version,
-            })
-            .collect();
-        if !done.is_empty() {
-            sh.conn.notify(&Request::ReadDone { items: done });
-        }
+        sh.read_done(&found, &keys);
         out
     }
 }

@@ -1,8 +1,9 @@
 //! Real etcd servers for tests: `etcd` from PATH (or `ETCD_BIN`), on 127.0.0.1 with free ports,
 //! a temp data dir and `--unsafe-no-fsync`; stopped by PID and cleaned up on drop.
 
+use super::free_port;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -22,14 +23,6 @@ pub struct Etcd {
     pub members: Vec<Member>,
     initial_cluster: String,
     token: String,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A port nothing listens on (bound, then released).

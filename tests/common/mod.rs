@@ -2,10 +2,43 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod fake_verbs;
+pub mod master;
 pub mod netns;
 pub mod proxy;
 
-use tidewire::{Config, Engine};
+use std::net::TcpListener;
+use tidewire::{Config, Engine, Opcode, Request};
+
+/// A 127.0.0.1 port free a moment ago (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `n` requests of `len` bytes each, request `i` between `local + i*len` and `remote + i*len`
+/// of segment `seg`.
+pub fn strided_requests(
+    op: Opcode,
+    local: &Buf,
+    seg: i32,
+    remote: u64,
+    n: u64,
+    len: u64,
+) -> Vec<Request> {
+    (0..n)
+        .map(|i| Request {
+            op,
+            local: local.addr() + i * len,
+            segment: seg,
+            remote: remote + i * len,
+            len,
+        })
+        .collect()
+}
 
 /// A page-aligned heap buffer with a stable address.
 pub struct Buf(pub Vec<u8>);

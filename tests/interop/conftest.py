@@ -487,6 +487,31 @@ class Side:
         self.peer.free(self.base)
 
 
+def metadata_key(kind, name):
+    """Mooncake's metadata key for segment `name`: kind is "ram" or "rpc_meta"."""
+    return "mooncake/%s/%s" % (kind, name)
+
+
+class Closers:
+    """Things opened one after another (`opened` returns what it is given), closed in reverse
+    order by `close`, errors ignored. A constructor that fails part way calls `close` itself."""
+
+    def __init__(self):
+        self.closers = []
+
+    def opened(self, thing):
+        self.closers.append(thing.close)
+        return thing
+
+    def close(self):
+        for close in reversed(self.closers):
+            try:
+                close()
+            except Exception:
+                pass
+        self.closers = []
+
+
 def verified_transfer(initiator, target, op, entries, seed, batch=None, settle_s=0.0,
                       attempts=1):
     """Runs a READ or WRITE (one request, or a batch) and checks every destination byte.

@@ -6,43 +6,28 @@ import json
 
 import pytest
 
-from conftest import (KiB, MiB, EtcdServer, ProcessPeer, Side, TidewirePeer,
-                      verified_transfer, wait_until)
+from conftest import (Closers, KiB, MiB, EtcdServer, ProcessPeer, Side, TidewirePeer,
+                      metadata_key as _key, verified_transfer, wait_until)
 
 BUF = 2 * MiB
 TW, MC = "tw-etcd", "mc-etcd"
 
 
-def _key(kind, name):
-    return "mooncake/%s/%s" % (kind, name)
-
-
-class Cluster:
+class Cluster(Closers):
     def __init__(self, spelling):
-        self.closers = []
+        super().__init__()
         try:
-            self.etcd = EtcdServer()
-            self.closers.append(self.etcd.close)
+            self.etcd = self.opened(EtcdServer())
             # Mooncake gets etcd://h:p; tidewire either the same or a bare h:p (both mean etcd).
-            self.mc = ProcessPeer("mooncake-etcd", metadata=self.etcd.url, name=MC)
-            self.closers.append(self.mc.close)
+            self.mc = self.opened(ProcessPeer("mooncake-etcd", metadata=self.etcd.url, name=MC))
             tw_meta = self.etcd.url if spelling == "etcd-url" else self.etcd.endpoint
-            self.tw = TidewirePeer("tidewire-etcd", metadata=tw_meta, name=TW,
-                                   env={"MC_TCP_BIND_ADDRESS": "127.0.0.1"})
-            self.closers.append(self.tw.close)
+            self.tw = self.opened(TidewirePeer("tidewire-etcd", metadata=tw_meta, name=TW,
+                                               env={"MC_TCP_BIND_ADDRESS": "127.0.0.1"}))
             self.tw_side = Side(self.tw, BUF)
             self.mc_side = Side(self.mc, BUF)
         except BaseException:
             self.close()
             raise
-
-    def close(self):
-        for close in reversed(self.closers):
-            try:
-                close()
-            except Exception:
-                pass
-        self.closers = []
 
 
 @pytest.fixture(scope="class", params=["etcd-url", "bare"])

@@ -6,42 +6,28 @@ import json
 
 import pytest
 
-from conftest import (KiB, MiB, MetadataServer, ProcessPeer, Side, TidewirePeer,
-                      verified_transfer, wait_until)
+from conftest import (Closers, KiB, MiB, MetadataServer, ProcessPeer, Side, TidewirePeer,
+                      metadata_key as _key, verified_transfer, wait_until)
 
 BUF = 2 * MiB
 TW, MC = "tw-node", "mc-node"
 
 
-def _key(kind, name):
-    return "mooncake/%s/%s" % (kind, name)
-
-
-class Cluster:
+class Cluster(Closers):
     def __init__(self, kind):
-        self.closers = []
+        super().__init__()
         try:
-            self.server = MetadataServer(kind)
-            self.closers.append(self.server.close)
-            self.mc = ProcessPeer("mooncake-http", metadata=self.server.url, name=MC)
-            self.closers.append(self.mc.close)
+            self.server = self.opened(MetadataServer(kind))
+            self.mc = self.opened(ProcessPeer("mooncake-http", metadata=self.server.url,
+                                              name=MC))
             # Like Mooncake, a name that is not an address needs the address to advertise.
-            self.tw = TidewirePeer("tidewire-http", metadata=self.server.url, name=TW,
-                                   env={"MC_TCP_BIND_ADDRESS": "127.0.0.1"})
-            self.closers.append(self.tw.close)
+            self.tw = self.opened(TidewirePeer("tidewire-http", metadata=self.server.url,
+                                               name=TW, env={"MC_TCP_BIND_ADDRESS": "127.0.0.1"}))
             self.tw_side = Side(self.tw, BUF)
             self.mc_side = Side(self.mc, BUF)
         except BaseException:
             self.close()
             raise
-
-    def close(self):
-        for close in reversed(self.closers):
-            try:
-                close()
-            except Exception:
-                pass
-        self.closers = []
 
 
 @pytest.fixture(scope="class", params=["ours", "wheel"])
