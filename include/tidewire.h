@@ -506,7 +506,13 @@ tw_result tw_engine_new(const struct tw_config *cfg, struct tw_engine **engine_o
 /*
  Stops and frees an engine. NULL is ignored. Work in flight fails with `TW_ERR_SHUTDOWN`;
  threads are joined before this returns. No other call may use the handle concurrently or
- afterwards.
+ afterwards: freeing an engine while another thread is inside a call on it (a wait, a
+ submit, a status query) is the caller's error and undefined behaviour (the handle is freed
+ memory). What the library guarantees once this returns: every engine thread is joined,
+ every task has ended (FAILED when unfinished), no callback of this engine runs any more,
+ and peers can no longer reach this process's registered memory through it. Bindings that
+ let any thread close an engine must count calls in and out and wait for them first (the
+ Python package does: `tidewire.Engine.close`).
  */
 void tw_engine_free(struct tw_engine *engine);
 

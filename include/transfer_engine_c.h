@@ -220,6 +220,13 @@ int removeLocalSegment(transfer_engine_t engine, const char *segment_name);
 /*
  * Stops the engine and frees the handle. NULL is ignored. Work still in flight
  * fails. Must be called exactly once per engine, with no other call racing on it.
+ * Calling it while another thread is inside a call on the same engine, or using the
+ * handle afterwards, is the caller's error (undefined behaviour: the handle is freed
+ * memory). What the library guarantees: once it returns, every engine thread has been
+ * joined, every task ended (FAILED for work that had not finished), no callback of
+ * this engine runs any more, and no peer can read or write this process's registered
+ * memory through it. Wrappers that let any thread close must count calls in and out
+ * and wait for them first (the Python package does: TransferEngine.close()).
  */
 void destroyTransferEngine(transfer_engine_t engine);
 

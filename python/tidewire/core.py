@@ -19,6 +19,7 @@ from ctypes import byref, c_int32, c_size_t, c_uint16, c_uint64, c_void_p
 
 from . import _ffi
 from ._errors import CallbackError, Shutdown, check, error_for
+from ._guard import CallGuard, GuardedLib
 from ._ffi import Notification as _CNotification
 from ._ffi import Buffer as _CBuffer
 from ._ffi import ScatterRange as _CScatterRange
@@ -693,7 +694,8 @@ class Engine(_Owned):
 
     def __init__(self, **options):
         lib = _ffi.lib()
-        self._lib = lib
+        self._guard = CallGuard()
+        self._lib = GuardedLib(lib, self._guard)  # every call counted: close waits for them
         self._eng = None
         self._ops = weakref.WeakValueDictionary()
         self._parked = {}  # batch id -> buffers it uses: freed once its work has finished
@@ -722,8 +724,8 @@ class Engine(_Owned):
     # ----------------------------------------------------------------------------------------
     @property
     def closed(self):
-        """True after :meth:`close`."""
-        return self._eng is None
+        """True once :meth:`close` started."""
+        return self._eng is None or self._guard.closing
 
     @property
     def handle(self):
@@ -733,23 +735,32 @@ class Engine(_Owned):
 
     def _handle(self):
         eng = self._eng
-        if eng is None:
+        if eng is None or self._guard.closing:
             raise Shutdown(_ffi.TW_ERR_SHUTDOWN, "engine is closed")
         return eng
 
-    def close(self):
+    def close(self, timeout=10.0):
         """Frees outstanding scatter operations (their callbacks fire), then stops the engine
-        (work still in flight fails). Idempotent."""
-        if self._eng is None:
+        (work still in flight fails). Idempotent and thread-safe: calls made from other threads
+        after it started raise :class:`Shutdown`; it waits up to ``timeout`` seconds for the
+        calls already inside the library to return before the engine is freed (if some are
+        still there then, the last of them to return frees it). The handle is never freed
+        under a running call."""
+        if self._eng is None or self._guard.closing:
             return
         for op in list(self._ops.values()):
             try:
                 op.close()
             except Exception:
                 pass
-        eng, self._eng = self._eng, None
-        self._lib.tw_engine_free(eng)
-        self._parked = {}
+        raw, eng = self._lib._raw, self._eng
+
+        def release():
+            self._eng = None
+            raw.tw_engine_free(eng)
+            self._parked = {}
+
+        self._guard.close(release, timeout)
 
     def __repr__(self):
         return f"<tidewire.Engine {self.name!r}{' closed' if self.closed else ''}>"
@@ -886,13 +897,16 @@ class Engine(_Owned):
     def reap(self):
         """Frees the batches abandoned while in flight (after a timeout) whose work has
         finished since; returns how many are still in flight. Called by every transfer."""
-        if not self._parked or self._eng is None:
+        if not self._parked or self.closed:
             return 0
         free, h = self._lib.tw_batch_free, self._eng
         with self._park_lock:
-            for bid in list(self._parked):
-                if free(h, bid) != _ffi.TW_ERR_BUSY:
-                    del self._parked[bid]
+            try:
+                for bid in list(self._parked):
+                    if free(h, bid) != _ffi.TW_ERR_BUSY:
+                        del self._parked[bid]
+            except Shutdown:
+                return 0
             return len(self._parked)
 
     @property
@@ -901,12 +915,19 @@ class Engine(_Owned):
         return list(self._parked)
 
     def _run(self, arr, n, keep, timeout_ms, notify, s=None):
-        """One batch: alloc, submit, wait, free (parked when the wait ran out)."""
-        lib, h = self._lib, self._eng
-        if h is None:
-            h = self._handle()  # raises Shutdown
-        if s is None:
-            s = _scratch()
+        """One batch: alloc, submit, wait, free (parked when the wait ran out). Counted in
+        the call guard once for the four calls (the hot path)."""
+        guard = self._guard
+        guard.enter()  # raises Shutdown once close() started
+        try:
+            self._run_guarded(self._lib._raw, self._eng, arr, n, keep, timeout_ms, notify,
+                              _scratch() if s is None else s)
+        finally:
+            guard.leave()
+        if self._parked:
+            self.reap()
+
+    def _run_guarded(self, lib, h, arr, n, keep, timeout_ms, notify, s):
         check(lib.tw_batch_alloc(h, n, s.bid_ref))
         bid = s.bid.value
         if notify is None:
@@ -920,8 +941,6 @@ class Engine(_Owned):
         if lib.tw_batch_free(h, bid) == _ffi.TW_ERR_BUSY:
             with self._park_lock:
                 self._parked[bid] = keep  # timed out, still in flight: freed later
-        if self._parked:
-            self.reap()
         if err is not None:
             raise err
 

@@ -228,24 +228,34 @@ class TransferEngine:
         self._name = engine.name
         return 0
 
+    @property
+    def _off(self):
+        """True before initialize() and once close() started. The closed Engine is kept, not
+        dropped: a call racing close() then gets the engine's Shutdown error (answered as a
+        failure code), never a missing attribute."""
+        engine = self._engine
+        return engine is None or engine.closed
+
     def _shutdown_engine(self):
-        engine, self._engine = self._engine, None
+        engine = self._engine
         if engine is not None:
-            engine.close()
+            engine.close()  # waits (bounded) for the calls other threads have in flight
         self._segs = {}
         self._async = {}
         self._regs = {}
-        for mm, view in self._managed.values():
+        managed, self._managed = self._managed, {}
+        for mm, view in managed.values():
             del view
             try:
                 mm.close()
             except BufferError:
                 pass
-        self._managed = {}
 
     def close(self):
         """tidewire extension: stops the engine now (Mooncake stops it when the object is
-        collected) and releases managed buffers. The object can be initialized again."""
+        collected) and releases managed buffers. The object can be initialized again.
+        Thread-safe: calls other threads have in flight are waited for (bounded) before the
+        engine is freed; calls made meanwhile or later return their failure code."""
         self._shutdown_engine()
 
     def __enter__(self):
@@ -262,7 +272,7 @@ class TransferEngine:
 
     def get_rpc_port(self):
         """The engine's RPC (handshake) port; -1 before :meth:`initialize`."""
-        return self._engine.rpc_port if self._engine is not None else -1
+        return self._engine.rpc_port if not self._off else -1
 
     def get_segment_name(self):
         """tidewire extension: the name peers open (``host:rpc_port`` in P2P mode)."""
@@ -270,7 +280,7 @@ class TransferEngine:
 
     def get_engine(self):
         """The native engine handle (a ``ctypes.c_void_p``; NULL before :meth:`initialize`)."""
-        return self._engine.handle if self._engine is not None else ctypes.c_void_p()
+        return self._engine.handle if not self._off else ctypes.c_void_p()
 
     def get_engine_ptr(self):
         """The native engine handle as an int (0 before :meth:`initialize`)."""
@@ -286,7 +296,7 @@ class TransferEngine:
             return seg
         if not isinstance(target_hostname, str):
             raise TypeError(f"target_hostname must be str, not {type(target_hostname).__name__}")
-        if self._engine is None:
+        if self._off:
             return -1
         try:
             seg = self._engine.open_segment(target_hostname).id
@@ -298,10 +308,10 @@ class TransferEngine:
     @property
     def _orphans(self):
         """Batches abandoned after a timeout and not freed yet (freed by later calls)."""
-        return self._engine.parked if self._engine is not None else []
+        return self._engine.parked if not self._off else []
 
     def _reap(self):
-        if self._engine is not None:
+        if not self._off:
             self._engine.reap()
 
     def _sync_one(self, target_hostname, buffer, peer_buffer_address, length, opcode, notify):
@@ -431,7 +441,7 @@ class TransferEngine:
         """1 completed, -1 failed, -2 timed out, 0 still running. A terminal answer frees the
         batch. Unlike Mooncake (task 0 only) every task of the batch counts."""
         info = self._async.get(batch_id)
-        if info is None or self._engine is None:
+        if info is None or self._off:
             return -1  # unknown, or already freed by a terminal answer
         batch, start, _ = info
         try:
@@ -460,7 +470,7 @@ class TransferEngine:
                 except TidewireError:
                     failed = True
             batch.discard()
-        if self._engine is not None:
+        if not self._off:
             self._engine.reap()
         return -1 if failed else 0
 
@@ -475,7 +485,7 @@ class TransferEngine:
         still proceeds)."""
         if not (len(buffers) == len(peer_buffer_addresses) == len(lengths)):
             raise RuntimeError("buffers, peer_buffer_addresses and lengths differ in length")
-        if self._engine is None:
+        if self._off:
             raise RuntimeError("the engine is not initialized")
         seg = self._segs.get(target_hostname)
         try:
@@ -531,7 +541,7 @@ class TransferEngine:
         argument) or -7 (overlaps a registered region)."""
         if not isinstance(location, str):
             raise TypeError("location must be str")
-        if self._engine is None:
+        if self._off:
             return -1
         try:
             self._register(buffer_addr, capacity, location)
@@ -541,7 +551,7 @@ class TransferEngine:
 
     def unregister_memory(self, buffer_addr):
         """Unregisters the region starting at ``buffer_addr``. 0 or -3 (not registered)."""
-        if self._engine is None:
+        if self._off:
             return -1
         try:
             self._unregister(buffer_addr)
@@ -555,7 +565,7 @@ class TransferEngine:
             return -1
         if not isinstance(location, str):
             raise TypeError("location must be str")
-        if self._engine is None:
+        if self._off:
             return -1
         try:
             regs = self._engine.register_many(zip(buffer_addresses, capacities), location)
@@ -568,7 +578,7 @@ class TransferEngine:
 
     def batch_unregister_memory(self, buffer_addresses):
         """Unregisters several regions; tries all, returns the first error (or 0)."""
-        if self._engine is None:
+        if self._off:
             return -1
         first = 0
         for addr in list(buffer_addresses):
@@ -580,7 +590,7 @@ class TransferEngine:
 
     def allocate_managed_buffer(self, length):
         """Allocates and registers ``length`` bytes; returns the address, or 0 on failure."""
-        if length <= 0 or self._engine is None:
+        if length <= 0 or self._off:
             return 0
         try:
             mm = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -651,7 +661,7 @@ class TransferEngine:
 
     def get_notifies(self):
         """Takes every notification received so far (a list of :class:`TransferNotify`)."""
-        if self._engine is None:
+        if self._off:
             return []
         try:
             return [TransferNotify(n.name, n.msg) for n in self._engine.take_notifications()]
@@ -662,7 +672,7 @@ class TransferEngine:
         """Probes a peer's RPC port: 0, or a negative error.h code (-102 unreachable)."""
         if not isinstance(peer_server_name, str):
             raise TypeError("peer_server_name must be str")
-        if self._engine is None:
+        if self._off:
             return -1
         try:
             self._engine.probe(peer_server_name)
