@@ -28,29 +28,34 @@ impl Engine {
 
     /// Registers several ranges, all or none.
     pub fn register_memory_batch(&self, ranges: &[(u64, u64)], location: &str) -> Result<()> {
-        let fresh = self.inner.registry.register_all(ranges, location, true)?;
-        let new: Vec<(u64, u64)> = ranges
-            .iter()
-            .zip(&fresh)
-            .filter(|(_, f)| **f)
-            .map(|(r, _)| *r)
-            .collect();
-        self.inner.rdma_register(&new, true)?;
-        self.inner.publish_logged();
-        Ok(())
+        self.register_ranges(ranges, location, true)
     }
 
     /// Registers several ranges local-only (peers can never touch them), all or none, with one
     /// descriptor publish for the lot.
     pub fn register_memory_batch_local(&self, ranges: &[(u64, u64)], location: &str) -> Result<()> {
-        let fresh = self.inner.registry.register_all(ranges, location, false)?;
+        self.register_ranges(ranges, location, false)
+    }
+
+    /// All or none: ranges registered here are rolled back when the RDMA registration of the
+    /// new ones fails; one descriptor publish for the lot.
+    fn register_ranges(
+        &self,
+        ranges: &[(u64, u64)],
+        location: &str,
+        remote_accessible: bool,
+    ) -> Result<()> {
+        let fresh = self
+            .inner
+            .registry
+            .register_all(ranges, location, remote_accessible)?;
         let new: Vec<(u64, u64)> = ranges
             .iter()
             .zip(&fresh)
             .filter(|(_, f)| **f)
             .map(|(r, _)| *r)
             .collect();
-        if let Err(e) = self.inner.rdma_register(&new, false) {
+        if let Err(e) = self.inner.rdma_register(&new, remote_accessible) {
             for &(a, _) in &new {
                 let _ = self.inner.registry.unregister(a);
             }
