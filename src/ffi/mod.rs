@@ -25,6 +25,18 @@ macro_rules! ffi_boundary {
 }
 pub(crate) use ffi_boundary;
 
+/// Borrows the `name` and `msg` C strings of a notification (as [`str_arg`] does each).
+///
+/// # Safety
+/// Each pointer is NULL or a valid NUL-terminated string that outlives the returned borrows.
+pub(crate) unsafe fn notify_args<'a>(
+    name: *const c_char,
+    msg: *const c_char,
+) -> crate::Result<(&'a str, &'a str)> {
+    // SAFETY: forwarded from this function's contract.
+    Ok(unsafe { (str_arg(name, "name")?, str_arg(msg, "msg")?) })
+}
+
 /// Borrows a C string argument: NULL → `NullArgument`, invalid UTF-8 → `InvalidArgument`.
 ///
 /// # Safety

@@ -107,9 +107,7 @@ pub extern "C" fn tw_batch_submit_with_notify(
         // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
         let e = check!(unsafe { engine_ref(engine) });
         // SAFETY: C strings per the API contract.
-        let (n, m) = check!(
-            unsafe { str_arg(name, "name") }.and_then(|n| Ok((n, unsafe { str_arg(msg, "msg") }?)))
-        );
+        let (n, m) = check!(unsafe { notify_args(name, msg) });
         // SAFETY: `count` elements per the API contract.
         let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
         check!(e.submit_with_notify(batch, reqs, n, m));

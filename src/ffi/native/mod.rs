@@ -17,7 +17,7 @@
 use super::status::{
     self, TW_ERR_BUFFER_TOO_SMALL, TW_ERR_NULL_ARGUMENT, TW_ERR_PANIC, TW_OK, tw_result,
 };
-use super::{ffi_boundary, slice_arg, str_arg, write_c_string};
+use super::{ffi_boundary, notify_args, slice_arg, str_arg, write_c_string};
 use crate::engine::{Config, Engine, Request, ScatterRange};
 use crate::error::{Error, ErrorKind};
 use crate::transport::Opcode;

@@ -15,9 +15,7 @@ pub extern "C" fn tw_notify_send(
         // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
         let e = check!(unsafe { engine_ref(engine) });
         // SAFETY: C strings per the API contract.
-        let (n, m) = check!(
-            unsafe { str_arg(name, "name") }.and_then(|n| Ok((n, unsafe { str_arg(msg, "msg") }?)))
-        );
+        let (n, m) = check!(unsafe { notify_args(name, msg) });
         check!(e.send_notify(segment, n, m));
         TW_OK
     })
