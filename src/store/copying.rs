@@ -3,7 +3,7 @@
 
 use super::client::StoreClient;
 use super::flows::{KeyBuf, key_ok};
-use super::mem::Staged;
+use super::mem::{Staged, prefault_write};
 use super::proto::{MAX_BATCH, WriteConfig, code};
 
 /// Bytes fetched by the copying API: staged in the local buffer, or on the heap when it is full.
@@ -129,7 +129,12 @@ impl StoreClient {
         for chunk in idx.chunks(MAX_BATCH) {
             let ks: Vec<&str> = chunk.iter().map(|&i| keys[i]).collect();
             let mut codes = vec![0i64; ks.len()];
-            let mut at = |j: usize, size: u64| dst(chunk[j], size);
+            let mut at = |j: usize, size: u64| {
+                let a = dst(chunk[j], size)?;
+                // Fresh memory for the value: one populate call instead of a fault per page.
+                prefault_write(a, size);
+                Ok(a)
+            };
             self.shared.get_chunk(&ks, &mut at, &mut codes);
             for (j, &i) in chunk.iter().enumerate() {
                 out[i] = codes[j];
