@@ -42,6 +42,7 @@ target options:
   --metadata M         P2PHANDSHAKE (default) or http(s)://... metadata server
   --max-seconds S      exit after S seconds even if stdin stays open
   --lanes N            TCP connections per peer
+  --shared             serve a shared (memfd-backed) buffer, as allocate_managed_buffer does
 
 initiator / loopback options:
   --segment NAME       target segment (initiator only)
@@ -59,7 +60,9 @@ initiator / loopback options:
   --slice-size N       engine slice size
   --path P             auto (default: the engine decides), tcp (every byte through the TCP
                        wire protocol) or same-host (the engine's shortcut between tidewire
-                       processes on one host; fails if unavailable)
+                       processes on one host; fails if unavailable) or shared-memory
+                       (loopback only: the target's buffer is shared memory the initiator
+                       maps and copies with memcpy)
   --verify             check every byte read against the target's pattern
   --json               print one JSON object instead of the table
 
@@ -320,6 +323,9 @@ fn loopback(argv: &[String]) -> Result<i32, UsageError> {
     ];
     if let Some(l) = &opts.lanes {
         targs.extend(["--lanes".to_string(), l.clone()]);
+    }
+    if opts.path == PathChoice::SharedMemory {
+        targs.push("--shared".to_string());
     }
     let mut child = match TargetChild::spawn(&targs, child::READY_TIMEOUT) {
         Ok(c) => c,

@@ -18,7 +18,7 @@ pub fn main(argv: &[String]) -> Result<i32, UsageError> {
     let p = args::parse(
         argv,
         &["host", "buffer-size", "metadata", "max-seconds", "lanes"],
-        &[],
+        &["shared"],
     )?;
     let host = p.get("host").unwrap_or("127.0.0.1").to_string();
     let size = p.size("buffer-size", DEFAULT_BUFFER)?;
@@ -38,7 +38,7 @@ pub fn main(argv: &[String]) -> Result<i32, UsageError> {
     if let Some(l) = p.get("lanes") {
         set("tcp_lanes", l)?;
     }
-    Ok(match serve(cfg, size, max) {
+    Ok(match serve(cfg, size, max, p.flag("shared")) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("tidewire-bench target: {e}");
@@ -47,23 +47,41 @@ pub fn main(argv: &[String]) -> Result<i32, UsageError> {
     })
 }
 
-fn serve(cfg: Config, size: u64, max: Option<Duration>) -> Result<(), String> {
+fn serve(cfg: Config, size: u64, max: Option<Duration>, shared: bool) -> Result<(), String> {
     // Declared before the engine, so even an early return drops the engine (and its server
     // threads) before the buffer they serve.
     let len = usize::try_from(size).map_err(|_| "buffer too large".to_string())?;
-    let mut buf = AlignedBuf::new(len)?;
-    pattern::fill(buf.as_mut_slice(), 0, TARGET_SEED);
+    let mut buf = if shared {
+        None
+    } else {
+        Some(AlignedBuf::new(len)?)
+    };
     let engine = Engine::new(cfg).map_err(|e| format!("starting engine: {e}"))?;
-    engine
-        .register_memory(buf.addr(), size, "cpu:0", true)
-        .map_err(|e| format!("registering {size} bytes: {e}"))?;
+    let addr = match &mut buf {
+        Some(b) => {
+            pattern::fill(b.as_mut_slice(), 0, TARGET_SEED);
+            engine
+                .register_memory(b.addr(), size, "cpu:0", true)
+                .map_err(|e| format!("registering {size} bytes: {e}"))?;
+            b.addr()
+        }
+        None => {
+            let a = engine
+                .alloc_shared(size)
+                .map_err(|e| format!("allocating {size} shared bytes: {e}"))?;
+            // SAFETY: the engine just allocated `len` writable bytes at `a`; they live until
+            // the engine is dropped, after this function's last use of them.
+            pattern::fill(unsafe { std::slice::from_raw_parts_mut(a as *mut u8, len) }, 0, TARGET_SEED);
+            a
+        }
+    };
     {
         let mut out = std::io::stdout().lock();
         writeln!(
             out,
             "READY segment={} addr={:#x} size={} pid={}",
             engine.name(),
-            buf.addr(),
+            addr,
             size,
             std::process::id()
         )
