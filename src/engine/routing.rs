@@ -120,9 +120,13 @@ impl Inner {
                 let tcp = Route::Tcp(self.client.peer(&addr).map_err(|e| {
                     Error::new(ErrorKind::Internal, format!("starting lanes: {e}"))
                 })?);
-                // A verified same-host peer's shared buffers are copied through a mapping.
-                let shared = (vm_pid != 0)
-                    .then(|| {
+                // A verified same-host peer's shared buffers are copied through a mapping, once
+                // the kernel confirmed that the pid serves the published data port (else an
+                // impostor could point us at another process's buffers).
+                let shared = (vm_pid != 0 && !desc.tw_shm.is_empty())
+                    .then(|| self.serves_data_port(vm_pid, &addr.host, addr.port))
+                    .filter(|&served| served)
+                    .map(|_| {
                         SharedRoute::attach(
                             vm_pid,
                             desc.tw_token,

@@ -71,6 +71,16 @@ impl PathChoice {
         }
     }
 
+    /// The `--path` value naming it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PathChoice::Auto => "auto",
+            PathChoice::Tcp => "tcp",
+            PathChoice::SameHost => "same-host",
+            PathChoice::SharedMemory => "shared-memory",
+        }
+    }
+
     /// Sets the engine option that selects this path.
     pub fn apply(self, cfg: &mut Config) -> Result<(), String> {
         let v = match self {

@@ -51,37 +51,30 @@ fn serve(cfg: Config, size: u64, max: Option<Duration>, shared: bool) -> Result<
     // Declared before the engine, so even an early return drops the engine (and its server
     // threads) before the buffer they serve.
     let len = usize::try_from(size).map_err(|_| "buffer too large".to_string())?;
-    let mut buf = if shared {
-        None
-    } else {
-        Some(AlignedBuf::new(len)?)
-    };
+    let mut buf = AlignedBuf::new(len)?;
+    pattern::fill(buf.as_mut_slice(), 0, TARGET_SEED);
     let engine = Engine::new(cfg).map_err(|e| format!("starting engine: {e}"))?;
-    let addr = match &mut buf {
-        Some(b) => {
-            pattern::fill(b.as_mut_slice(), 0, TARGET_SEED);
-            engine
-                .register_memory(b.addr(), size, "cpu:0", true)
-                .map_err(|e| format!("registering {size} bytes: {e}"))?;
-            b.addr()
-        }
-        None => {
-            let a = engine
-                .alloc_shared(size)
-                .map_err(|e| format!("allocating {size} shared bytes: {e}"))?;
-            // SAFETY: the engine just allocated `len` writable bytes at `a`; they live until
-            // the engine is dropped, after this function's last use of them.
-            pattern::fill(unsafe { std::slice::from_raw_parts_mut(a as *mut u8, len) }, 0, TARGET_SEED);
-            a
-        }
-    };
+    engine
+        .register_memory(buf.addr(), size, "cpu:0", true)
+        .map_err(|e| format!("registering {size} bytes: {e}"))?;
+    let mut also = String::new();
+    if shared {
+        let a = engine
+            .alloc_shared(size)
+            .map_err(|e| format!("allocating {size} shared bytes: {e}"))?;
+        // SAFETY: the engine just allocated `len` writable bytes at `a`; they stay mapped until
+        // the engine is dropped, after this function's last use of them.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(a as *mut u8, len) };
+        pattern::fill(bytes, 0, TARGET_SEED);
+        also = format!(" shared={a:#x}");
+    }
     {
         let mut out = std::io::stdout().lock();
         writeln!(
             out,
-            "READY segment={} addr={:#x} size={} pid={}",
+            "READY segment={} addr={:#x} size={} pid={}{also}",
             engine.name(),
-            addr,
+            buf.addr(),
             size,
             std::process::id()
         )
