@@ -123,19 +123,20 @@ impl Inner {
                 // A verified same-host peer's shared buffers are copied through a mapping, once
                 // the kernel confirmed that the pid serves the published data port (else an
                 // impostor could point us at another process's buffers).
-                let shared = (vm_pid != 0 && !desc.tw_shm.is_empty())
-                    .then(|| self.serves_data_port(vm_pid, &addr.host, addr.port))
-                    .filter(|&served| served)
-                    .map(|_| {
-                        SharedRoute::attach(
-                            vm_pid,
-                            desc.tw_token,
-                            desc.tw_shm_ctl,
-                            &desc.tw_shm,
-                            tcp.clone(),
-                        )
-                    })
-                    .flatten();
+                let verified = vm_pid != 0
+                    && !desc.tw_shm.is_empty()
+                    && self.serves_data_port(vm_pid, &addr.host, addr.port);
+                let shared = if verified {
+                    SharedRoute::attach(
+                        vm_pid,
+                        desc.tw_token,
+                        desc.tw_shm_ctl,
+                        &desc.tw_shm,
+                        tcp.clone(),
+                    )
+                } else {
+                    None
+                };
                 Some(match shared {
                     Some(s) => Route::Shared(Arc::new(s)),
                     None => tcp,
