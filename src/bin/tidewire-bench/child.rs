@@ -197,9 +197,12 @@ mod tests {
                 segment: "127.0.0.1:4000".into(),
                 addr: 0x7f00,
                 size: 4096,
-                pid: 12
+                pid: 12,
+                shared: None,
             }
         );
+        let s = parse_ready("READY segment=x addr=1 size=2 pid=3 shared=0x9000").unwrap();
+        assert_eq!(s.shared, Some(0x9000));
         assert!(parse_ready("READY segment=x addr=1 size=2").is_none());
         assert!(parse_ready("HELLO segment=x addr=1 size=2 pid=3").is_none());
         assert!(parse_ready("READY segment=x addr=zz size=2 pid=3").is_none());
