@@ -85,27 +85,10 @@ fn check_memfd(fd: &OwnedFd, name: &str, len: u64, sealed: bool) -> io::Result<(
     Ok(())
 }
 
-/// Maps a peer's file with its page tables filled now (`MAP_POPULATE`): one pass at segment
-/// open instead of a page fault per 4 KiB on the first transfers.
+/// Maps a peer's file with its page tables filled now: one pass at segment open instead of a
+/// page fault per 4 KiB on the first transfers.
 fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
-    // SAFETY: a new shared mapping of a file we hold; checked below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Mapping {
-        addr: p as u64,
-        len,
-    })
+    crate::memory::shared::map_shared(fd.as_raw_fd(), len, true).map(|addr| Mapping { addr, len })
 }
 
 impl SharedRoute {
