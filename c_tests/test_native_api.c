@@ -341,6 +341,25 @@ static void test_memory(tw_engine *a) {
     CHECK_RC(tw_memory_unregister(a, buf + 8192), TW_ERR_ADDRESS_NOT_REGISTERED);
     CHECK_RC(tw_memory_unregister_batch(a, NULL, 1), TW_ERR_NULL_ARGUMENT);
     CHECK_RC(tw_memory_unregister_batch(a, NULL, 0), TW_OK);
+
+    /* Shared buffers: allocated zeroed and registered; freed once; bad arguments refused. */
+    void *shm = (void *)1;
+    CHECK_RC(tw_memory_alloc_shared(a, 0, &shm), TW_ERR_INVALID_ARGUMENT);
+    CHECK(shm == NULL, "a failed allocation writes NULL");
+    CHECK_RC(tw_memory_alloc_shared(NULL, 4096, &shm), TW_ERR_NULL_ARGUMENT);
+    CHECK_RC(tw_memory_alloc_shared(a, 4096, NULL), TW_ERR_NULL_ARGUMENT);
+    CHECK_RC(tw_memory_alloc_shared(a, 3 * 4096 + 5, &shm), TW_OK);
+    CHECK(shm != NULL && ((uint8_t *)shm)[3 * 4096 + 4] == 0, "zeroed shared memory");
+    memset(shm, 0x5a, 3 * 4096 + 5);
+    char loc[32];
+    CHECK_RC(tw_memory_location(a, (uint8_t *)shm + 100, loc, sizeof loc), TW_OK);
+    CHECK(strcmp(loc, "cpu:0") == 0, "shared buffer registered as cpu:0");
+    CHECK_RC(tw_memory_register(a, shm, 4096, NULL, true), TW_ERR_ADDRESS_OVERLAPPED);
+    CHECK_RC(tw_memory_free_shared(a, buf), TW_ERR_INVALID_ARGUMENT);
+    CHECK_RC(tw_memory_free_shared(a, NULL), TW_ERR_NULL_ARGUMENT);
+    CHECK_RC(tw_memory_free_shared(a, shm), TW_OK);
+    CHECK_RC(tw_memory_free_shared(a, shm), TW_ERR_INVALID_ARGUMENT);
+    CHECK_RC(tw_memory_location(a, shm, loc, sizeof loc), TW_ERR_ADDRESS_NOT_REGISTERED);
     free(buf);
     free(dst);
 }

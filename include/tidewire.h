@@ -577,6 +577,27 @@ tw_result tw_memory_location(const struct tw_engine *engine,
                              size_t len);
 
 /*
+ Allocates `length` zeroed bytes of host memory shared with same-host peers (memfd-backed),
+ registered remote-accessible as `"cpu:0"` and published; the address goes to `*addr_out`.
+ Verified tidewire peers on this host map it and copy with `memcpy` (no socket); other peers
+ reach it like any registered memory. Release it with [`tw_memory_free_shared`] (not
+ `tw_memory_unregister` alone, which closes it to peers but keeps the memory); the engine
+ releases what is left when destroyed. `length == 0` is `TW_ERR_INVALID_ARGUMENT`; NULL
+ `engine`/`addr_out` is `TW_ERR_NULL_ARGUMENT`. Thread-safe.
+ */
+tw_result tw_memory_alloc_shared(const struct tw_engine *engine, size_t length, void **addr_out);
+
+/*
+ Releases a buffer from [`tw_memory_alloc_shared`]: every registration of it is dropped (when
+ this returns no peer byte lands in it; a same-host peer stopped in the middle of a copy is
+ waited for at most 2 s, after which its copy can no longer reach this memory) and the memory
+ is unmapped. An address that is not a live shared buffer of this engine (double free
+ included) is `TW_ERR_INVALID_ARGUMENT`. Thread-safe; the caller must not touch the memory
+ afterwards.
+ */
+tw_result tw_memory_free_shared(const struct tw_engine *engine, void *addr);
+
+/*
  Sends a notification (`name`, `msg`) to the owner of `segment` over its RPC port (Mooncake
  compatible). Blocks for one round trip.
  */

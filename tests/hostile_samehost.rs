@@ -18,6 +18,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tidewire::engine::TaskState;
+use tidewire::metadata::descriptor::SharedBufDesc;
 use tidewire::metadata::rpc;
 use tidewire::metadata::{BufferDesc, SegmentDesc};
 use tidewire::{Engine, Opcode, Request};
@@ -51,14 +52,24 @@ fn child_victim_main() {
     let secret = Buf::new(LEN, SECRET_FILL);
     e.register_memory(private.addr(), private.len(), "cpu:0", false)
         .unwrap();
+    // A shared buffer, open to verified same-host peers of the victim itself.
+    let shared = e.alloc_shared(LEN as u64).unwrap();
+    // SAFETY: the engine just allocated LEN bytes at `shared`; they live until it is dropped.
+    unsafe { std::ptr::write_bytes(shared as *mut u8, SECRET_FILL, LEN) };
     let d = e.local_descriptor();
+    let shm = &d.tw_shm[0];
     println!(
-        "READY {} {} {} {} {}",
+        "READY {} {} {} {} {} {} {} {} {} {}",
         d.tw_pid,
         d.tw_token,
         d.tw_token_addr,
         private.addr(),
-        secret.addr()
+        secret.addr(),
+        shared,
+        d.tw_shm_ctl,
+        shm.fd,
+        shm.slot,
+        shm.generation
     );
     serve_until_stdin_closes();
     drop(e);
@@ -163,7 +174,13 @@ fn peek(pid: u32, addr: u64, len: usize) -> Vec<u8> {
 /// The impostor: a handshake port that answers with a descriptor carrying the victim's identity
 /// and a buffer at `addr`, and a data port that answers OK to every request (consuming WRITE
 /// payloads). Serves for at most 30 s.
-fn impostor(victim_pid: u32, token: u64, token_addr: u64, addrs: &[u64]) -> String {
+fn impostor(
+    victim_pid: u32,
+    token: u64,
+    token_addr: u64,
+    addrs: &[u64],
+    shm: Option<(i32, SharedBufDesc)>,
+) -> String {
     let rpc_l = TcpListener::bind("127.0.0.1:0").unwrap();
     let data_l = TcpListener::bind("127.0.0.1:0").unwrap();
     let name = format!("127.0.0.1:{}", rpc_l.local_addr().unwrap().port());
@@ -194,6 +211,8 @@ fn impostor(victim_pid: u32, token: u64, token_addr: u64, addrs: &[u64]) -> Stri
         tw_token: token,
         tw_token_addr: token_addr,
         tw_version: 1,
+        tw_shm_ctl: shm.as_ref().map_or(0, |s| s.0),
+        tw_shm: shm.into_iter().map(|s| s.1).collect(),
     };
     let reply = desc.encode();
     std::thread::spawn(move || {
@@ -263,7 +282,7 @@ fn row01_forged_same_host_identity_never_writes_victim_memory() {
     let pid = victim.num(0) as u32;
     let (token, token_addr) = (victim.num(1), victim.num(2));
     let (private, secret) = (victim.num(3), victim.num(4));
-    let name = impostor(pid, token, token_addr, &[private, secret]);
+    let name = impostor(pid, token, token_addr, &[private, secret], None);
     let i = engine_with(&[("same_host", "1")]);
     let src = Buf::pattern(LEN, 1);
     i.register_memory(src.addr(), src.len(), "cpu:0", true)
@@ -282,6 +301,47 @@ fn row01_forged_same_host_identity_never_writes_victim_memory() {
         i.segment_path(seg).unwrap(),
         "same-host",
         "the impostor's segment must not use the same-host path"
+    );
+}
+
+/// Row 1 for shared buffers: the impostor also republishes the victim's shared buffer (control
+/// fd, buffer fd, slot, generation); the initiator must not map it, so its WRITE never lands there.
+#[test]
+fn row01_forged_identity_never_maps_the_victims_shared_buffers() {
+    let victim = Child2::spawn("victim", "child_victim_main");
+    let pid = victim.num(0) as u32;
+    let (token, token_addr) = (victim.num(1), victim.num(2));
+    let shared = victim.num(5);
+    let desc = SharedBufDesc {
+        addr: shared,
+        len: LEN as u64,
+        fd: victim.num(7) as i32,
+        slot: victim.num(8) as u32,
+        generation: victim.num(9),
+    };
+    let name = impostor(
+        pid,
+        token,
+        token_addr,
+        &[shared],
+        Some((victim.num(6) as i32, desc)),
+    );
+    let i = engine_with(&[("same_host", "1")]);
+    let src = Buf::pattern(LEN, 1);
+    i.register_memory(src.addr(), src.len(), "cpu:0", true)
+        .unwrap();
+    let seg = i.open_segment(&name).unwrap();
+    assert_ne!(
+        i.segment_path(seg).unwrap(),
+        "shared-memory",
+        "the impostor's segment must not map the victim's buffers"
+    );
+    let _ = write_one(&i, &src, seg, shared);
+    let now = peek(pid, shared, LEN);
+    let changed = now.iter().filter(|&&b| b != SECRET_FILL).count();
+    assert_eq!(
+        changed, 0,
+        "{changed} bytes of the victim's shared buffer overwritten"
     );
 }
 

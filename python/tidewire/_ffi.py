@@ -156,6 +156,8 @@ SIGNATURES = {
     "tw_engine_rpc_port": ([c_void_p, _p(c_uint16)], c_int32),
     "tw_memory_register": ([c_void_p, c_void_p, c_size_t, c_char_p, c_bool], c_int32),
     "tw_memory_unregister": ([c_void_p, c_void_p], c_int32),
+    "tw_memory_alloc_shared": ([c_void_p, c_size_t, POINTER(c_void_p)], c_int32),
+    "tw_memory_free_shared": ([c_void_p, c_void_p], c_int32),
     "tw_memory_register_batch": ([c_void_p, _p(Buffer), c_size_t, c_char_p], c_int32),
     "tw_memory_unregister_batch": ([c_void_p, _p(c_void_p), c_size_t], c_int32),
     "tw_segment_open": ([c_void_p, c_char_p, _p(c_int32)], c_int32),

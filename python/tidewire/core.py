@@ -804,6 +804,20 @@ class Engine(_Owned):
             addr = buffer_address(addr)[0]
         check(self._lib.tw_memory_unregister(self._handle(), addr))
 
+    def alloc_shared(self, length):
+        """Allocates ``length`` zeroed bytes of memory shared with same-host peers (memfd-backed,
+        registered remote-accessible) and returns the address (an int). Verified tidewire peers
+        on this host map it and copy with memcpy; others reach it like any registered memory.
+        Release it with :meth:`free_shared`; what is left is released when the engine closes."""
+        out = c_void_p()
+        check(self._lib.tw_memory_alloc_shared(self._handle(), int(length), byref(out)))
+        return out.value
+
+    def free_shared(self, addr):
+        """Unregisters and releases a buffer from :meth:`alloc_shared`; when this returns no
+        peer byte lands in it. Raises :class:`InvalidArgument` for any other address."""
+        check(self._lib.tw_memory_free_shared(self._handle(), addr))
+
     def memory_location(self, addr):
         """Where ``addr`` lives, as the library sees it: ``"cpu:N"``, ``"cuda:N"`` or
         ``"*"``."""

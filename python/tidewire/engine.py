@@ -34,7 +34,6 @@ keeps it on TCP.
 
 import ctypes
 import enum
-import mmap
 import os
 import threading
 import time
@@ -189,7 +188,7 @@ class TransferEngine:
         self._segs = {}  # segment name -> id
         self._async = {}  # batch id -> (Batch, start ns, total bytes)
         self._regs = {}  # address -> [Registration, ...] (an exact re-registration is counted)
-        self._managed = {}  # address -> (mmap, ctypes view)
+        self._managed = {}  # address -> length (shared buffers the engine allocated)
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------------------------------------
@@ -243,13 +242,7 @@ class TransferEngine:
         self._segs = {}
         self._async = {}
         self._regs = {}
-        managed, self._managed = self._managed, {}
-        for mm, view in managed.values():
-            del view
-            try:
-                mm.close()
-            except BufferError:
-                pass
+        self._managed = {}  # the engine released them when it closed
 
     def close(self):
         """tidewire extension: stops the engine now (Mooncake stops it when the object is
@@ -589,37 +582,30 @@ class TransferEngine:
         return first
 
     def allocate_managed_buffer(self, length):
-        """Allocates and registers ``length`` bytes; returns the address, or 0 on failure."""
+        """Allocates and registers ``length`` bytes; returns the address, or 0 on failure.
+
+        The memory is shared with same-host peers (memfd-backed): a tidewire peer on this host
+        maps it and copies with memcpy, with no socket on the way; other peers reach it over
+        the network like any registered memory."""
         if length <= 0 or self._off:
             return 0
         try:
-            mm = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        except (OSError, ValueError, OverflowError):
-            return 0
-        view = (ctypes.c_char * length).from_buffer(mm)
-        addr = ctypes.addressof(view)
-        try:
-            self._register(addr, length, "*")
+            addr = self._engine.alloc_shared(length)
         except _FAILURES:
-            del view
-            mm.close()
             return 0
-        self._managed[addr] = (mm, view)
+        self._managed[addr] = length
         return addr
 
     def free_managed_buffer(self, buffer_addr, length):
-        """Unregisters and releases a buffer from :meth:`allocate_managed_buffer`. Returns 0
-        (-1 for an address it did not allocate)."""
-        entry = self._managed.pop(buffer_addr, None)
-        if entry is None:
+        """Unregisters and releases a buffer from :meth:`allocate_managed_buffer`: when it
+        returns, no peer byte lands in it any more. Returns 0 (-1 for an address it did not
+        allocate)."""
+        if self._managed.pop(buffer_addr, None) is None:
             return -1
         try:
-            self._unregister(buffer_addr)
+            self._engine.free_shared(buffer_addr)
         except _FAILURES:
-            pass
-        mm, view = entry
-        del view, entry
-        mm.close()
+            return -1
         return 0
 
     def write_bytes_to_buffer(self, dest_address, src_ptr, length):

@@ -87,7 +87,8 @@ impl Engine {
             transfer_timeout: cfg.transfer_timeout,
             ..ClientConfig::default()
         });
-        let registry = Arc::new(Registry::new());
+        let token = Box::new(samehost::new_token());
+        let registry = Arc::new(Registry::with_token(*token));
         let notifies =
             super::notify_queue::NotifyQueue::new(cfg.notify_max_count, cfg.notify_max_bytes);
         let inner = Arc::new(Inner {
@@ -115,7 +116,7 @@ impl Engine {
             live: RwLock::new(true),
             store,
             servers: Mutex::new(None),
-            token: Box::new(samehost::new_token()),
+            token,
             rdma: std::sync::OnceLock::new(),
             rdma_note: Mutex::new(String::new()),
         });

@@ -18,6 +18,7 @@ mod rpc;
 mod samehost;
 pub mod scatter;
 pub mod segments;
+mod shared_buffers;
 pub mod stream;
 mod submit;
 pub mod transfer;

@@ -4,6 +4,7 @@
 use super::{Inner, TW_PROTOCOL_VERSION};
 use crate::error::Result;
 use crate::log::Level;
+use crate::metadata::descriptor::SharedBufDesc;
 use crate::metadata::{BufferDesc, SegmentDesc};
 use crate::transport::samehost;
 
@@ -51,6 +52,21 @@ impl Inner {
     }
 
     fn tcp_desc(&self) -> SegmentDesc {
+        let (shm_ctl, shm) = match self.registry.shared().published() {
+            Some((ctl, list)) => (
+                ctl,
+                list.into_iter()
+                    .map(|b| SharedBufDesc {
+                        addr: b.addr,
+                        len: b.len,
+                        fd: b.fd,
+                        slot: b.slot,
+                        generation: b.gen_,
+                    })
+                    .collect(),
+            ),
+            None => (0, Vec::new()),
+        };
         SegmentDesc {
             buffers: self
                 .registry
@@ -78,6 +94,8 @@ impl Inner {
             tw_token: *self.token,
             tw_token_addr: &*self.token as *const u64 as u64,
             tw_version: TW_PROTOCOL_VERSION,
+            tw_shm_ctl: shm_ctl,
+            tw_shm: shm,
         }
     }
 

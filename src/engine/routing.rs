@@ -10,6 +10,7 @@ use crate::metadata::SegmentDesc;
 use crate::metadata::rpc::{self, MsgType};
 use crate::transport::Route;
 use crate::transport::local::MemCopy;
+use crate::transport::shm::SharedRoute;
 use crate::transport::tcp::client::PeerAddr;
 use std::sync::{Arc, RwLock};
 
@@ -115,9 +116,31 @@ impl Inner {
                         format!("segment {name:?} publishes no tcp_data_port"),
                     );
                 }
-                Some(Route::Tcp(self.client.peer(&addr).map_err(|e| {
+                let vm_pid = addr.vm_pid;
+                let tcp = Route::Tcp(self.client.peer(&addr).map_err(|e| {
                     Error::new(ErrorKind::Internal, format!("starting lanes: {e}"))
-                })?))
+                })?);
+                // A verified same-host peer's shared buffers are copied through a mapping, once
+                // the kernel confirmed that the pid serves the published data port (else an
+                // impostor could point us at another process's buffers).
+                let verified = vm_pid != 0
+                    && !desc.tw_shm.is_empty()
+                    && self.serves_data_port(vm_pid, &addr.host, addr.port);
+                let shared = if verified {
+                    SharedRoute::attach(
+                        vm_pid,
+                        desc.tw_token,
+                        desc.tw_shm_ctl,
+                        &desc.tw_shm,
+                        tcp.clone(),
+                    )
+                } else {
+                    None
+                };
+                Some(match shared {
+                    Some(s) => Route::Shared(Arc::new(s)),
+                    None => tcp,
+                })
             }
         };
         Ok(Segment {

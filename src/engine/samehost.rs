@@ -49,4 +49,20 @@ impl Inner {
             }
         }
     }
+
+    /// Whether process `pid` holds the server end of a fresh connection to `host:port` (the
+    /// kernel's socket table), with one log line when not.
+    pub(super) fn serves_data_port(&self, pid: u32, host: &str, port: u16) -> bool {
+        let conn = crate::metadata::rpc::connect(host, port, self.cfg.connect_timeout);
+        let ok = conn
+            .as_ref()
+            .is_ok_and(|c| crate::transport::tcp::peer_identity::peer_socket_owned_by(c, pid));
+        if !ok {
+            tw_log!(
+                Level::Info,
+                "pid {pid} does not serve {host}:{port}; its shared buffers are not mapped"
+            );
+        }
+        ok
+    }
 }

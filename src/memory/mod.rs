@@ -9,6 +9,7 @@
 
 pub mod pins;
 pub(crate) mod raw;
+pub mod shared;
 
 use crate::error::{ErrorKind, Result, fail};
 use std::collections::BTreeMap;
@@ -54,6 +55,7 @@ pub struct Registry {
     regions: RwLock<BTreeMap<u64, Region>>,
     generation: AtomicU64,
     pins: pins::Pins,
+    shared: shared::SharedBuffers,
 }
 
 fn range_end(base: u64, len: u64) -> Result<u64> {
@@ -75,6 +77,19 @@ impl Registry {
     /// An empty registry.
     pub fn new() -> Registry {
         Registry::default()
+    }
+
+    /// An empty registry whose shared buffers carry the engine's same-host `token` in their names.
+    pub fn with_token(token: u64) -> Registry {
+        Registry {
+            shared: shared::SharedBuffers::new(token),
+            ..Registry::default()
+        }
+    }
+
+    /// Shared (memfd-backed) buffers of this engine; `unregister` closes them to peers.
+    pub fn shared(&self) -> &shared::SharedBuffers {
+        &self.shared
     }
 
     /// Bumped on every change; lets callers cache derived views (descriptors).
@@ -185,6 +200,15 @@ impl Registry {
 
     /// Drops one reference to the region starting at `base`. Returns `true` when the region is gone.
     pub fn unregister(&self, base: u64) -> Result<bool> {
+        self.drop_refs(base, false)
+    }
+
+    /// Drops every registration of the region starting at `base`: it is gone when this returns.
+    pub fn unregister_all(&self, base: u64) -> Result<()> {
+        self.drop_refs(base, true).map(|_| ())
+    }
+
+    fn drop_refs(&self, base: u64, all: bool) -> Result<bool> {
         let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
         let Some(r) = map.get_mut(&base) else {
             return fail(
@@ -192,7 +216,7 @@ impl Registry {
                 format!("{base:#x} is not the base of a registered region"),
             );
         };
-        r.refs -= 1;
+        r.refs = if all { 0 } else { r.refs - 1 };
         let gone = r.refs == 0;
         if gone {
             map.remove(&base);
@@ -205,6 +229,9 @@ impl Registry {
                 "unregister {base:#x}: a peer request was still inside after {:?}",
                 pins::FENCE_WAIT
             );
+        }
+        if gone {
+            self.shared.revoke(base);
         }
         Ok(gone)
     }

@@ -80,6 +80,31 @@ pub struct SegmentDesc {
     /// tidewire extension: protocol revision of the tidewire peer (0 = not tidewire).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tw_version: u32,
+    /// tidewire extension: the owner's fd of its shared buffers' control block (0 = none).
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    pub tw_shm_ctl: i32,
+    /// tidewire extension: shared (memfd-backed) buffers a verified same-host peer may map.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tw_shm: Vec<SharedBufDesc>,
+}
+
+/// tidewire extension: one shared buffer (see `memory::shared`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedBufDesc {
+    /// Address in the owner.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// The owner's fd of the buffer's memfd.
+    pub fd: i32,
+    /// Control slot.
+    pub slot: u32,
+    /// Generation (the slot reads `gen << 1 | 1` while the buffer is open).
+    pub generation: u64,
+}
+
+fn is_zero_i32(v: &i32) -> bool {
+    *v == 0
 }
 
 fn is_zero64(v: &u64) -> bool {

@@ -6,6 +6,7 @@ pub mod local;
 pub mod rdma;
 mod route;
 pub mod samehost;
+pub mod shm;
 pub mod slots;
 pub mod tcp;
 

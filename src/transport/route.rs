@@ -2,6 +2,7 @@
 
 use super::local::MemCopy;
 use super::rdma::RdmaPeer;
+use super::shm::SharedRoute;
 use super::tcp::client::Peer;
 use super::{Slice, Transport};
 use std::sync::Arc;
@@ -16,6 +17,8 @@ pub enum Route {
     Tcp(Arc<Peer>),
     /// A peer over RDMA.
     Rdma(Arc<RdmaPeer>),
+    /// A same-host peer's mapped shared buffers, and another route for the rest.
+    Shared(Arc<SharedRoute>),
 }
 
 impl Route {
@@ -26,6 +29,7 @@ impl Route {
             (Route::Memory(a), Route::Memory(b)) => Arc::ptr_eq(a, b),
             (Route::Tcp(a), Route::Tcp(b)) => Arc::ptr_eq(a, b),
             (Route::Rdma(a), Route::Rdma(b)) => Arc::ptr_eq(a, b),
+            (Route::Shared(a), Route::Shared(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -45,6 +49,7 @@ impl Transport for Route {
             Route::Memory(m) => m.path_name(),
             Route::Tcp(p) => p.path_name(),
             Route::Rdma(p) => p.path_name(),
+            Route::Shared(p) => p.path_name(),
         }
     }
 
@@ -53,6 +58,7 @@ impl Transport for Route {
             Route::Memory(m) => m.submit_all(slices),
             Route::Tcp(p) => p.submit_all(slices),
             Route::Rdma(p) => p.submit_all(slices),
+            Route::Shared(p) => p.submit_all(slices),
         }
     }
 }

@@ -17,15 +17,17 @@ pub struct Ready {
     pub size: u64,
     /// Its process id.
     pub pid: u32,
+    /// Address of its shared buffer of the same size (`--shared`), if any.
+    pub shared: Option<u64>,
 }
 
-/// Parses `READY segment=<name> addr=<addr> size=<len> pid=<pid>`.
+/// Parses `READY segment=<name> addr=<addr> size=<len> pid=<pid> [shared=<addr>]`.
 pub fn parse_ready(line: &str) -> Option<Ready> {
     let mut words = line.split_whitespace();
     if words.next()? != "READY" {
         return None;
     }
-    let (mut segment, mut addr, mut size, mut pid) = (None, None, None, None);
+    let (mut segment, mut addr, mut size, mut pid, mut shared) = (None, None, None, None, None);
     for w in words {
         let (k, v) = w.split_once('=')?;
         match k {
@@ -33,6 +35,7 @@ pub fn parse_ready(line: &str) -> Option<Ready> {
             "addr" => addr = crate::args::parse_u64(v).ok(),
             "size" => size = crate::args::parse_u64(v).ok(),
             "pid" => pid = v.parse().ok(),
+            "shared" => shared = crate::args::parse_u64(v).ok(),
             _ => {}
         }
     }
@@ -41,6 +44,7 @@ pub fn parse_ready(line: &str) -> Option<Ready> {
         addr: addr?,
         size: size?,
         pid: pid?,
+        shared,
     })
 }
 
@@ -193,9 +197,12 @@ mod tests {
                 segment: "127.0.0.1:4000".into(),
                 addr: 0x7f00,
                 size: 4096,
-                pid: 12
+                pid: 12,
+                shared: None,
             }
         );
+        let s = parse_ready("READY segment=x addr=1 size=2 pid=3 shared=0x9000").unwrap();
+        assert_eq!(s.shared, Some(0x9000));
         assert!(parse_ready("READY segment=x addr=1 size=2").is_none());
         assert!(parse_ready("HELLO segment=x addr=1 size=2 pid=3").is_none());
         assert!(parse_ready("READY segment=x addr=zz size=2 pid=3").is_none());

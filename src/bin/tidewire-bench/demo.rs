@@ -60,10 +60,15 @@ pub fn main(argv: &[String]) -> Result<i32, UsageError> {
     let p = args::parse(argv, &["host", "path"], &[])?;
     let host = p.get("host").unwrap_or("127.0.0.1").to_string();
     let passes = match p.get("path") {
-        None | Some("both") => vec![PathChoice::Tcp, PathChoice::SameHost],
+        None | Some("all") => vec![
+            PathChoice::Tcp,
+            PathChoice::SameHost,
+            PathChoice::SharedMemory,
+        ],
+        Some("both") => vec![PathChoice::Tcp, PathChoice::SameHost],
         Some(v) => vec![PathChoice::parse(v).ok_or_else(|| {
             UsageError(format!(
-                "--path: expected tcp, same-host, auto or both, got {v:?}"
+                "--path: expected tcp, same-host, shared-memory, auto, both or all, got {v:?}"
             ))
         })?],
     };
@@ -77,6 +82,7 @@ pub fn main(argv: &[String]) -> Result<i32, UsageError> {
             host.clone(),
             "--buffer-size".into(),
             REMOTE.to_string(),
+            "--shared".into(),
         ],
         child::READY_TIMEOUT,
     ) {
@@ -168,6 +174,15 @@ fn run(cfg: &Config, ready: &Ready, passes: &[PathChoice], out: &mut Outcome) {
     }
 }
 
+/// The path a pass uses: the segment's route, except that the same-host pass reads and writes
+/// the target's plain buffer, which the kernel copy behind the shared-memory route serves.
+fn pass_path(engine: &Engine, seg: i32, choice: PathChoice) -> &'static str {
+    match engine.segment_path(seg).unwrap_or("unknown") {
+        "shared-memory" if choice == PathChoice::SameHost => "same-host",
+        p => p,
+    }
+}
+
 /// One pass: an engine, the write/read/verify rounds, then the latency samples.
 fn pass(
     cfg: &Config,
@@ -201,12 +216,13 @@ fn pass(
             return;
         }
     };
-    let path = engine.segment_path(seg).unwrap_or("unknown");
+    let path = pass_path(&engine, seg, choice);
     if let Err(e) = choice.check(path) {
-        if choice == PathChoice::SameHost && path == "tcp" && out.paths.contains(&"tcp") {
+        if choice != PathChoice::Tcp && path == "tcp" && out.paths.contains(&"tcp") {
             // Both passes were asked for and the shortcut is not available here: say so, the
             // TCP pass already covered the transfers.
-            out.notes.push(format!("same-host pass skipped: {e}"));
+            out.notes
+                .push(format!("{} pass skipped: {e}", choice.name()));
         } else {
             out.failures.push(e);
         }
@@ -215,7 +231,10 @@ fn pass(
     let t = Xfer {
         engine: &engine,
         seg,
-        remote: ready.addr,
+        remote: match (choice, ready.shared) {
+            (PathChoice::SharedMemory, Some(a)) => a,
+            _ => ready.addr,
+        },
     };
     let mut last_seed = None;
     for &(block, total) in ROUNDS {
@@ -274,7 +293,7 @@ fn pass(
         }
     }
     // The route can fall back to TCP at run time; report what actually carried the bytes.
-    let after = engine.segment_path(seg).unwrap_or("unknown");
+    let after = pass_path(&engine, seg, choice);
     if after != path {
         out.failures.push(format!(
             "the path changed from {path} to {after} during the pass"

@@ -28,12 +28,13 @@ usage: tidewire-bench <command> [options]
 commands:
   demo        start a target process, write and read a few hundred MiB over 127.0.0.1 in
               several block sizes, verify every byte, measure sync-read latency; once over
-              TCP, once over the same-host path (--path tcp|same-host|auto|both, default both)
+              TCP, once over the same-host kernel copy, once through a shared buffer
+              (--path tcp|same-host|shared-memory|auto|both|all, default all)
   loopback    start a target process and run the initiator against it; without --op or
               --block-size: a sweep of read+write at 4K, 64K, 1M, 16M blocks x batch 32
   initiator   run against a running target (needs --segment, --remote-addr, --remote-size)
   target      serve a pattern-filled buffer; prints
-              READY segment=<name> addr=<addr> size=<len> pid=<pid>
+              READY segment=<name> addr=<addr> size=<len> pid=<pid> [shared=<addr>]
               and serves until stdin closes, a signal, or --max-seconds
 
 target options:
@@ -42,6 +43,8 @@ target options:
   --metadata M         P2PHANDSHAKE (default) or http(s)://... metadata server
   --max-seconds S      exit after S seconds even if stdin stays open
   --lanes N            TCP connections per peer
+  --shared             also serve a shared (memfd-backed) buffer of the same size, as
+                       allocate_managed_buffer makes; READY then ends with shared=<addr>
 
 initiator / loopback options:
   --segment NAME       target segment (initiator only)
@@ -59,7 +62,9 @@ initiator / loopback options:
   --slice-size N       engine slice size
   --path P             auto (default: the engine decides), tcp (every byte through the TCP
                        wire protocol) or same-host (the engine's shortcut between tidewire
-                       processes on one host; fails if unavailable)
+                       processes on one host; fails if unavailable) or shared-memory
+                       (loopback only: the target's buffer is shared memory the initiator
+                       maps and copies with memcpy)
   --verify             check every byte read against the target's pattern
   --json               print one JSON object instead of the table
 
@@ -321,6 +326,9 @@ fn loopback(argv: &[String]) -> Result<i32, UsageError> {
     if let Some(l) = &opts.lanes {
         targs.extend(["--lanes".to_string(), l.clone()]);
     }
+    if opts.path == PathChoice::SharedMemory {
+        targs.push("--shared".to_string());
+    }
     let mut child = match TargetChild::spawn(&targs, child::READY_TIMEOUT) {
         Ok(c) => c,
         Err(e) => {
@@ -338,11 +346,15 @@ fn loopback(argv: &[String]) -> Result<i32, UsageError> {
             fmt_secs(opts.duration)
         );
     }
+    let remote = match (opts.path, ready.shared) {
+        (PathChoice::SharedMemory, Some(a)) => a,
+        _ => ready.addr,
+    };
     let outcome = drive(
         &opts,
         cfg,
         &ready.segment,
-        ready.addr,
+        remote,
         ready.size,
         Some(child.pid()),
     );

@@ -54,6 +54,9 @@ pub enum PathChoice {
     Tcp,
     /// The same-host shortcut; a run fails when the engine cannot use it.
     SameHost,
+    /// The target's buffer is a shared buffer the initiator maps (memcpy, no socket); a run
+    /// fails when the engine cannot use it.
+    SharedMemory,
 }
 
 impl PathChoice {
@@ -63,7 +66,18 @@ impl PathChoice {
             "auto" => Some(PathChoice::Auto),
             "tcp" => Some(PathChoice::Tcp),
             "same-host" => Some(PathChoice::SameHost),
+            "shared-memory" => Some(PathChoice::SharedMemory),
             _ => None,
+        }
+    }
+
+    /// The `--path` value naming it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PathChoice::Auto => "auto",
+            PathChoice::Tcp => "tcp",
+            PathChoice::SameHost => "same-host",
+            PathChoice::SharedMemory => "shared-memory",
         }
     }
 
@@ -72,7 +86,7 @@ impl PathChoice {
         let v = match self {
             PathChoice::Auto => return Ok(()),
             PathChoice::Tcp => "0",
-            PathChoice::SameHost => "1",
+            PathChoice::SameHost | PathChoice::SharedMemory => "1",
         };
         cfg.set("same_host", v)
             .map_err(|e| format!("same_host={v}: {e}"))
@@ -84,6 +98,7 @@ impl PathChoice {
             PathChoice::Auto => return Ok(()),
             PathChoice::Tcp => "tcp",
             PathChoice::SameHost => "same-host",
+            PathChoice::SharedMemory => "shared-memory",
         };
         if actual == want {
             Ok(())

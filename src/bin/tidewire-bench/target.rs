@@ -18,7 +18,7 @@ pub fn main(argv: &[String]) -> Result<i32, UsageError> {
     let p = args::parse(
         argv,
         &["host", "buffer-size", "metadata", "max-seconds", "lanes"],
-        &[],
+        &["shared"],
     )?;
     let host = p.get("host").unwrap_or("127.0.0.1").to_string();
     let size = p.size("buffer-size", DEFAULT_BUFFER)?;
@@ -38,7 +38,7 @@ pub fn main(argv: &[String]) -> Result<i32, UsageError> {
     if let Some(l) = p.get("lanes") {
         set("tcp_lanes", l)?;
     }
-    Ok(match serve(cfg, size, max) {
+    Ok(match serve(cfg, size, max, p.flag("shared")) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("tidewire-bench target: {e}");
@@ -47,7 +47,7 @@ pub fn main(argv: &[String]) -> Result<i32, UsageError> {
     })
 }
 
-fn serve(cfg: Config, size: u64, max: Option<Duration>) -> Result<(), String> {
+fn serve(cfg: Config, size: u64, max: Option<Duration>, shared: bool) -> Result<(), String> {
     // Declared before the engine, so even an early return drops the engine (and its server
     // threads) before the buffer they serve.
     let len = usize::try_from(size).map_err(|_| "buffer too large".to_string())?;
@@ -57,11 +57,22 @@ fn serve(cfg: Config, size: u64, max: Option<Duration>) -> Result<(), String> {
     engine
         .register_memory(buf.addr(), size, "cpu:0", true)
         .map_err(|e| format!("registering {size} bytes: {e}"))?;
+    let mut also = String::new();
+    if shared {
+        let a = engine
+            .alloc_shared(size)
+            .map_err(|e| format!("allocating {size} shared bytes: {e}"))?;
+        // SAFETY: the engine just allocated `len` writable bytes at `a`; they stay mapped until
+        // the engine is dropped, after this function's last use of them.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(a as *mut u8, len) };
+        pattern::fill(bytes, 0, TARGET_SEED);
+        also = format!(" shared={a:#x}");
+    }
     {
         let mut out = std::io::stdout().lock();
         writeln!(
             out,
-            "READY segment={} addr={:#x} size={} pid={}",
+            "READY segment={} addr={:#x} size={} pid={}{also}",
             engine.name(),
             buf.addr(),
             size,

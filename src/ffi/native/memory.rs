@@ -114,3 +114,47 @@ pub extern "C" fn tw_memory_location(
         unsafe { string_out(&format!("location {loc:?}"), &loc, buf, len) }
     })
 }
+
+/// Allocates `length` zeroed bytes of host memory shared with same-host peers (memfd-backed),
+/// registered remote-accessible as `"cpu:0"` and published; the address goes to `*addr_out`.
+/// Verified tidewire peers on this host map it and copy with `memcpy` (no socket); other peers
+/// reach it like any registered memory. Release it with [`tw_memory_free_shared`] (not
+/// `tw_memory_unregister` alone, which closes it to peers but keeps the memory); the engine
+/// releases what is left when destroyed. `length == 0` is `TW_ERR_INVALID_ARGUMENT`; NULL
+/// `engine`/`addr_out` is `TW_ERR_NULL_ARGUMENT`. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_memory_alloc_shared(
+    engine: *const tw_engine,
+    length: usize,
+    addr_out: *mut *mut c_void,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        // SAFETY: NULL or writable per the API contract.
+        let out = check!(unsafe { out(addr_out, "addr_out") });
+        *out = std::ptr::null_mut();
+        let addr = check!(e.alloc_shared(length as u64));
+        *out = addr as *mut c_void;
+        TW_OK
+    })
+}
+
+/// Releases a buffer from [`tw_memory_alloc_shared`]: every registration of it is dropped (when
+/// this returns no peer byte lands in it; a same-host peer stopped in the middle of a copy is
+/// waited for at most 2 s, after which its copy can no longer reach this memory) and the memory
+/// is unmapped. An address that is not a live shared buffer of this engine (double free
+/// included) is `TW_ERR_INVALID_ARGUMENT`. Thread-safe; the caller must not touch the memory
+/// afterwards.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_memory_free_shared(engine: *const tw_engine, addr: *mut c_void) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        if addr.is_null() {
+            return status::fail(&null("addr"));
+        }
+        check!(e.free_shared(addr as u64));
+        TW_OK
+    })
+}
