@@ -36,6 +36,35 @@ fn loom_chan_receiver_drop_wakes_blocked_sender() {
     });
 }
 
+/// `send_all` of three items into a one-slot channel with two sleeping receivers: it wakes them
+/// before it sleeps for room (no deadlock), every item arrives exactly once and in order per
+/// receiver.
+#[test]
+fn loom_chan_send_all_wakes_receivers() {
+    loom::model(|| {
+        let (tx, rx) = bounded::<u32>(1);
+        let rx2 = rx.clone();
+        let a = thread::spawn(move || {
+            let mut v = Vec::new();
+            while let Ok(x) = rx2.recv() {
+                v.push(x);
+            }
+            v
+        });
+        tx.send_all([1, 2, 3]).unwrap();
+        drop(tx);
+        let mut mine = Vec::new();
+        while let Ok(x) = rx.recv() {
+            mine.push(x);
+        }
+        let theirs = a.join().unwrap();
+        assert!(mine.is_sorted() && theirs.is_sorted());
+        let mut all = [mine, theirs].concat();
+        all.sort_unstable();
+        assert_eq!(all, [1, 2, 3]);
+    });
+}
+
 /// Two finishers and a waiter: the waiter always wakes (no lost wake-up) and exactly one
 /// finisher sees the latch go idle.
 #[test]

@@ -103,6 +103,42 @@ impl<T> Sender<T> {
         Ok(())
     }
 
+    /// Queues every item in order under one lock (blocking while the channel is full) and wakes
+    /// at most one sleeping receiver per item queued. On `Err` (every receiver gone) the items
+    /// not queued come back, in order.
+    pub fn send_all<I: IntoIterator<Item = T>>(&self, items: I) -> Result<(), SendError<Vec<T>>> {
+        let mut items = items.into_iter();
+        let mut s = self.0.lock();
+        let room = self.0.cap.saturating_sub(s.items.len());
+        s.items.reserve(items.size_hint().0.min(room));
+        let mut queued = 0usize;
+        while let Some(v) = items.next() {
+            while s.items.len() >= self.0.cap && s.receivers > 0 {
+                // Receivers must see what is queued before this sender sleeps for room.
+                if queued > 0 && s.waiting_receivers > 0 {
+                    self.0.not_empty.notify_all();
+                }
+                queued = 0;
+                s.waiting_senders += 1;
+                s = self.0.not_full.wait(s).unwrap_or_else(|e| e.into_inner());
+                s.waiting_senders -= 1;
+            }
+            if s.receivers == 0 {
+                let mut rest = vec![v];
+                rest.extend(items);
+                return Err(SendError(rest));
+            }
+            s.items.push_back(v);
+            queued += 1;
+        }
+        let wake = s.waiting_receivers.min(queued);
+        drop(s);
+        for _ in 0..wake {
+            self.0.not_empty.notify_one();
+        }
+        Ok(())
+    }
+
     /// True when nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.0.lock().items.is_empty()
@@ -207,6 +243,21 @@ mod tests {
         assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
         drop(rx);
         assert_eq!(tx.send(5).unwrap_err().into_inner(), 5);
+    }
+
+    #[test]
+    fn send_all_keeps_order_blocks_when_full_and_returns_the_rest() {
+        let (tx, rx) = bounded::<u32>(3);
+        let t = std::thread::spawn(move || {
+            tx.send_all(0..1000).unwrap();
+            tx
+        });
+        for i in 0..1000 {
+            assert_eq!(rx.recv().unwrap(), i);
+        }
+        let tx = t.join().unwrap();
+        drop(rx);
+        assert_eq!(tx.send_all(7..10).unwrap_err().into_inner(), vec![7, 8, 9]);
     }
 
     #[test]

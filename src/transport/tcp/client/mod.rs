@@ -428,8 +428,13 @@ impl Peer {
                 return;
             }
         }
-        for s in slices {
-            self.submit(s);
+        // One lock and at most one wake-up per lane for the whole vector.
+        if let Err(e) = sh.queue.send_all(slices.into_iter().map(Msg::Work)) {
+            for m in e.into_inner() {
+                if let Msg::Work(s) = m {
+                    s.done.finish(Err(ErrorKind::Shutdown));
+                }
+            }
         }
     }
 
