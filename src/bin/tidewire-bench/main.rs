@@ -77,6 +77,8 @@ soak options:
   --restart-every S    seconds between target restarts (default 30)
   --sample-every S     seconds between table rows (default 60)
   --threads N          worker threads (default 4)
+  --transfer-timeout S the initiator's transfer deadline (default 10; peers no segment uses are
+                       released once their work is past it)
   --path P             tcp (default), same-host or auto
   --host H             local host (default 127.0.0.1)
 

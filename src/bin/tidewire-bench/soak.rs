@@ -16,6 +16,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tidewire::{Config, Engine};
 
+/// The initiator's transfer deadline unless `--transfer-timeout` says otherwise. A peer that no
+/// open segment uses any more is released once its last work is past this deadline, so the
+/// engine holds about `1 + deadline / restart period` peers at any time: with 10 s and restarts
+/// every 30 s that steady state (the current target and the one just stopped) is reached before
+/// the first reading, and growth after it is a leak. With the engine's 30 s default it takes
+/// about a minute longer to settle.
+const DEFAULT_TRANSFER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// What a soak run was asked to do.
 struct SoakOpts {
     run_for: Duration,
@@ -24,6 +32,7 @@ struct SoakOpts {
     threads: usize,
     host: String,
     path: PathChoice,
+    transfer_timeout: Duration,
 }
 
 fn opts(argv: &[String]) -> Result<SoakOpts, UsageError> {
@@ -36,6 +45,7 @@ fn opts(argv: &[String]) -> Result<SoakOpts, UsageError> {
             "threads",
             "host",
             "path",
+            "transfer-timeout",
         ],
         &[],
     )?;
@@ -65,6 +75,7 @@ fn opts(argv: &[String]) -> Result<SoakOpts, UsageError> {
         threads: p.count("threads", 4, 16)?,
         host: p.get("host").unwrap_or("127.0.0.1").to_string(),
         path,
+        transfer_timeout: p.duration("transfer-timeout", DEFAULT_TRANSFER_TIMEOUT)?,
     })
 }
 
@@ -75,6 +86,11 @@ pub fn main(argv: &[String]) -> Result<i32, UsageError> {
     cfg.set("local_server_name", &o.host)
         .map_err(|e| UsageError(format!("--host: {e}")))?;
     o.path.apply(&mut cfg).map_err(UsageError)?;
+    cfg.set(
+        "transfer_timeout_ms",
+        &o.transfer_timeout.as_millis().to_string(),
+    )
+    .map_err(|e| UsageError(format!("--transfer-timeout: {e}")))?;
     Ok(match run(&o, cfg) {
         Ok(held) => i32::from(!held),
         Err(e) => {
@@ -167,10 +183,12 @@ fn run(o: &SoakOpts, cfg: Config) -> Result<bool, String> {
     targets.publish(live.generation);
     println!(
         "soak: {} worker threads, blocks 4 KiB..4 MiB, WRITE then verified READ-back; target \
-         restarted every {:.0} s (alternately SIGKILL and clean stop); {:.1} min; path {}",
+         restarted every {:.0} s (alternately SIGKILL and clean stop); {:.1} min; transfer \
+         deadline {:.0} s; path {}",
         o.threads,
         o.restart_every.as_secs_f64(),
         o.run_for.as_secs_f64() / 60.0,
+        o.transfer_timeout.as_secs_f64(),
         engine.segment_path(live.generation.segment).unwrap_or("?")
     );
     soak_report::print_header();
