@@ -309,5 +309,5 @@ fn lossy_link_transfers(w: &World) {
     let ((ok, _, _), _) = settle(&w.e, b, Duration::from_secs(20));
     assert_eq!(ok, 64);
     assert!(back.0 == src.0, "bytes intact over the lossy link");
-    healthy_peer_unaffected(&w, &back);
+    healthy_peer_unaffected(w, &back);
 }

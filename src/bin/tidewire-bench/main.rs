@@ -4,8 +4,7 @@
 //! - `initiator`  drive READ/WRITE batches against a target and report throughput and latency
 //! - `loopback`   start a target child process and run a sweep against it (`make bench`)
 //! - `demo`       two processes, loopback TCP, every byte verified (`make run`)
-//! - `soak`       mixed verified traffic against a target restarted every 30 s; RSS, fds and
-//!                threads per minute, and whether they stayed flat
+//! - `soak`       verified traffic against a target restarted every 30 s; flat RSS/fds/threads?
 
 mod args;
 mod bench;
