@@ -381,6 +381,9 @@ fn rejection_close_delivers_earlier_replies() {
     assert_eq!(got.len(), len, "the whole READ reply, then EOF");
     assert!(got == buf.0, "READ reply bytes differ");
     assert!(hidden.0.iter().all(|&b| b == 0), "rejected WRITE landed");
+    // The engine (and its server threads) goes before the memory it served.
+    drop(s);
+    drop(t);
 }
 
 /// Peers that come and go (a target restarted on a new port, its segment closed and a new one
@@ -421,4 +424,6 @@ fn restarted_peers_leave_no_lanes_behind() {
             "round {round}: threads/fds {base:?} -> {now:?}"
         );
     }
+    // The engine goes before the memory registered with it.
+    drop(a);
 }
