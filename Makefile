@@ -174,12 +174,16 @@ asan:
 	$(MAKE) c-tests BUILD_C=target/c_tests_asan \
 	  CFLAGS_TEST="$(CFLAGS_TEST) -fsanitize=address,undefined -fno-omit-frame-pointer"
 
-## ThreadSanitizer on the concurrency unit tests (latch, channels, id table), with std rebuilt
-## under the sanitizer (-Zbuild-std, needs the nightly rust-src component).
+## ThreadSanitizer on the concurrency unit tests (latch, channels, id table), then on the TCP
+## client and server threads (loopback and hostile-peer tests), with std rebuilt under the
+## sanitizer (-Zbuild-std, needs the nightly rust-src component).
 tsan:
 	RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1" \
 	  $(CARGO) +nightly test -Zbuild-std --release --target $(SAN_TARGET) --target-dir target/tsan --lib -- \
 	  --test-threads 1 batch chan ids completion
+	RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1" \
+	  $(CARGO) +nightly test -Zbuild-std --release --target $(SAN_TARGET) --target-dir target/tsan \
+	  --test tcp_loopback --test hostile -- --test-threads 1
 
 ## valgrind memcheck on every C test program (built by `make c-tests`).
 valgrind: c-tests

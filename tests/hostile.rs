@@ -336,3 +336,94 @@ fn row08_reregistration_cannot_change_remote_accessible() {
     }
     assert!(local.0.iter().all(|&b| b == 0));
 }
+
+/// A rejected WRITE ends its connection (as in Mooncake), but the replies written before the
+/// rejection must still arrive: a large READ reply queued in the server's socket is not lost to
+/// a connection reset when the server closes with the rejected payload unread.
+#[test]
+fn rejection_close_delivers_earlier_replies() {
+    const READ_V1: u8 = 0;
+    const WRITE_V1: u8 = 1;
+    let _s = serial();
+    let t = engine();
+    let len = 8usize << 20;
+    let buf = Buf::pattern(len, 3);
+    // Larger than the server's receive buffer: most of it is still unread in the kernel.
+    let hidden = Buf::new(2 << 20, 0);
+    t.register_memory(buf.addr(), buf.len(), "cpu:0", true)
+        .unwrap();
+    t.register_memory(hidden.addr(), hidden.len(), "cpu:0", false)
+        .unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", t.data_port())).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reqs = header(len as u64, buf.addr(), READ_V1).to_vec();
+    reqs.extend_from_slice(&header(hidden.0.len() as u64, hidden.addr(), WRITE_V1));
+    reqs.resize(reqs.len() + hidden.0.len(), 0xEE);
+    // The server stops reading after the rejection, so the payload is written from a thread.
+    let mut w = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(&reqs);
+    });
+    // Read slowly, so most of the READ reply still sits in the server's socket when it rejects
+    // the WRITE behind it.
+    let mut got = Vec::with_capacity(len);
+    let mut chunk = vec![0u8; 64 << 10];
+    let end = loop {
+        match s.read(&mut chunk) {
+            Ok(0) => break None,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) => break Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let _ = writer.join();
+    assert_eq!(end.map(|e| e.kind()), None, "after {} bytes", got.len());
+    assert_eq!(got.len(), len, "the whole READ reply, then EOF");
+    assert!(got == buf.0, "READ reply bytes differ");
+    assert!(hidden.0.iter().all(|&b| b == 0), "rejected WRITE landed");
+    // The engine (and its server threads) goes before the memory it served.
+    drop(s);
+    drop(t);
+}
+
+/// Peers that come and go (a target restarted on a new port, its segment closed and a new one
+/// opened) must not leave their lane threads and sockets behind in the initiator: a peer nothing
+/// refers to any more is stopped once its last work is past the transfer deadline. Found by the
+/// soak (`tidewire-bench soak`): +4 threads and +2 fds per restart, for ever.
+#[test]
+fn restarted_peers_leave_no_lanes_behind() {
+    let _s = serial();
+    let a = engine_with(&[("transfer_timeout_ms", "300")]);
+    let local = Buf::pattern(64 << 10, 5);
+    a.register_memory(local.addr(), local.len(), "cpu:0", true)
+        .unwrap();
+    let mut first = None;
+    for round in 0..5 {
+        let b = engine();
+        let remote = Buf::new(64 << 10, 0);
+        b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+            .unwrap();
+        let seg = a.open_segment(b.name()).unwrap();
+        let st = one(
+            &a,
+            Opcode::Write,
+            local.addr(),
+            seg,
+            remote.addr(),
+            64 << 10,
+        );
+        assert_eq!(st, TaskState::Completed, "round {round}");
+        drop(b);
+        a.close_segment(seg).unwrap();
+        // Past the transfer deadline plus the eviction slack.
+        std::thread::sleep(Duration::from_millis(1500));
+        let now = (threads_now(), fds_now());
+        let base = *first.get_or_insert(now);
+        assert!(
+            now.0 <= base.0 + 2 && now.1 <= base.1 + 2,
+            "round {round}: threads/fds {base:?} -> {now:?}"
+        );
+    }
+    // The engine goes before the memory registered with it.
+    drop(a);
+}

@@ -16,11 +16,18 @@ const DEADLINE_MS: u64 = 3000;
 /// Slack on top of the deadline for scheduling on a loaded machine.
 const GRACE: Duration = Duration::from_secs(4);
 
+/// Whether the environment variable `name` asks for a case to run (set and not `0`).
+fn required(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v != "0")
+}
+
+/// Why the namespace tests cannot run here, or `None`. With `TIDEWIRE_REQUIRE_NETNS=1` (or the
+/// older `TW_REQUIRE_NETNS`), as in CI, a machine without them fails the test instead.
 fn skip_reason() -> Option<String> {
     match netns::available() {
         Ok(()) => None,
-        Err(e) if std::env::var_os("TW_REQUIRE_NETNS").is_some() => {
-            panic!("TW_REQUIRE_NETNS is set but namespaces are unavailable: {e}")
+        Err(e) if required("TIDEWIRE_REQUIRE_NETNS") || required("TW_REQUIRE_NETNS") => {
+            panic!("TIDEWIRE_REQUIRE_NETNS is set but namespaces are unavailable: {e}")
         }
         Err(e) => Some(e),
     }
@@ -237,11 +244,58 @@ fn netem_delay_and_loss_still_complete() {
         return;
     }
     if !netns::netem_available() {
-        eprintln!("SKIPPED: this kernel has no netem qdisc (sch_netem)");
+        assert!(
+            !required("TIDEWIRE_REQUIRE_NETEM"),
+            "TIDEWIRE_REQUIRE_NETEM is set but this kernel has no netem qdisc (sch_netem)"
+        );
+        eprintln!(
+            "SKIPPED: this kernel has no netem qdisc (sch_netem); \
+             degraded_link_loss_and_shaping_still_complete covers loss without it"
+        );
         return;
     }
     let w = world("nem");
     w.ab.netem_b(&["delay", "20ms", "loss", "5%"]).unwrap();
+    lossy_link_transfers(&w);
+}
+
+/// The same over a link degraded without netem (kernels without sch_netem): 5 % of B's packets
+/// dropped at random in both directions (nftables), both ends shaped to 40 Mbit/s with up to
+/// 20 ms of queueing (tbf). Asserts that the degradation really happened: packets were dropped
+/// and the transfers took at least the shaped time.
+#[test]
+fn degraded_link_loss_and_shaping_still_complete() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED (no network namespaces): {why}");
+        return;
+    }
+    if let Err(why) = netns::degrade_available() {
+        // The namespace tests are required in CI, which installs nftables: then this must run.
+        assert!(
+            !(required("TIDEWIRE_REQUIRE_NETNS") || required("TW_REQUIRE_NETNS")),
+            "TIDEWIRE_REQUIRE_NETNS is set but the link cannot be degraded: {why}"
+        );
+        eprintln!("SKIPPED (cannot degrade a link here): {why}");
+        return;
+    }
+    let w = world("dgr");
+    w.ab.degrade(5, "40mbit", "20ms").unwrap();
+    let t0 = Instant::now();
+    lossy_link_transfers(&w);
+    let took = t0.elapsed();
+    let dropped = w.ab.dropped().unwrap();
+    eprintln!("degraded link: {dropped} packets dropped, 8 MiB moved in {took:?}");
+    assert!(dropped > 0, "the loss rules dropped packets");
+    // 8 MiB through a 40 Mbit/s link takes at least 1.6 s.
+    assert!(
+        took >= Duration::from_millis(1500),
+        "the shaping held the transfers back ({took:?})"
+    );
+}
+
+/// 4 MiB written and read back (64 KiB requests) over B's impaired link: every request
+/// completes, the bytes are intact, and the healthy peer C is unaffected.
+fn lossy_link_transfers(w: &World) {
     let src = Buf::pattern(4 << 20, 9);
     let b = submit(&w.e, Opcode::Write, &src, w.seg_b, w.b.addr, 64, 64 << 10);
     let ((ok, _, _), took) = settle(&w.e, b, Duration::from_secs(20));
@@ -255,5 +309,5 @@ fn netem_delay_and_loss_still_complete() {
     let ((ok, _, _), _) = settle(&w.e, b, Duration::from_secs(20));
     assert_eq!(ok, 64);
     assert!(back.0 == src.0, "bytes intact over the lossy link");
-    healthy_peer_unaffected(&w, &back);
+    healthy_peer_unaffected(w, &back);
 }

@@ -73,18 +73,21 @@ impl Engine {
         }
     }
 
-    /// Forgets a segment id. Transfers already submitted to it finish normally.
+    /// Forgets a segment id. Transfers already submitted to it finish normally. TCP peers that
+    /// no open segment uses any more, and that had no work within the transfer deadline, are
+    /// stopped (their threads and connections released).
     pub fn close_segment(&self, id: SegmentId) -> Result<()> {
         if id == LOCAL_SEGMENT {
             return Ok(());
         }
-        if self
+        let removed = self
             .inner
             .segments
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(id)
-        {
+            .remove(id);
+        if removed {
+            self.inner.client.evict_unused();
             Ok(())
         } else {
             fail(

@@ -66,6 +66,69 @@ pub fn netem_available() -> bool {
     })
 }
 
+/// Whether this machine can degrade a link without netem: `nft` with random drops (numgen) and
+/// the `tbf` qdisc for a rate-limited, queueing link. Probed once.
+pub fn degrade_available() -> Result<(), String> {
+    static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            let ns = Netns::new("dgr")?;
+            ns.tc(&[
+                "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "10mbit", "burst", "32kbit",
+                "latency", "20ms",
+            ])
+            .map_err(|e| format!("no tbf qdisc: {e}"))?;
+            nft_drop_rules(&ns.name, "lo", 5).map_err(|e| format!("no nft random drop: {e}"))
+        })
+        .clone()
+}
+
+/// In namespace `ns`: drops `percent` % of the packets entering and leaving `dev`, at random
+/// (nftables `numgen random`), counting them.
+fn nft_drop_rules(ns: &str, dev: &str, percent: u32) -> Result<(), String> {
+    let pct = percent.to_string();
+    run_in(ns, "nft", &["add", "table", "inet", "twloss"])?;
+    for (chain, hook, dir) in [("in", "input", "iifname"), ("out", "output", "oifname")] {
+        run_in(
+            ns,
+            "nft",
+            &[
+                "add", "chain", "inet", "twloss", chain, "{", "type", "filter", "hook", hook,
+                "priority", "0", ";", "}",
+            ],
+        )?;
+        run_in(
+            ns,
+            "nft",
+            &[
+                "add", "rule", "inet", "twloss", chain, dir, dev, "numgen", "random", "mod", "100",
+                "<", &pct, "counter", "drop",
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// Packets the `twloss` rules of namespace `ns` dropped so far.
+fn nft_dropped(ns: &str) -> Result<u64, String> {
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "nft", "list", "table", "inet", "twloss",
+        ])
+        .output()
+        .map_err(|e| format!("running nft: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut total = 0;
+    for w in text.split_whitespace().collect::<Vec<_>>().windows(2) {
+        if w[0] == "packets" {
+            total += w[1]
+                .parse::<u64>()
+                .map_err(|e| format!("nft counter: {e}"))?;
+        }
+    }
+    Ok(total)
+}
+
 /// A network namespace, deleted on drop (which also deletes its veth ends and kills nothing:
 /// processes started in it are owned by [`Peer`]).
 pub struct Netns {
@@ -190,6 +253,29 @@ impl Link {
         let mut full = vec!["qdisc", "replace", "dev", &self.if_b, "root", "netem"];
         full.extend_from_slice(args);
         run_in(&self.ns_b, "tc", &full)
+    }
+
+    /// Degrades the link without netem: `loss_percent` % random drops of B's packets in both
+    /// directions (nftables), and both ends shaped by `tbf` to `rate` with up to `latency` of
+    /// queueing (a congested bottleneck: delay that grows with load, tail drops when full).
+    pub fn degrade(&self, loss_percent: u32, rate: &str, latency: &str) -> Result<(), String> {
+        nft_drop_rules(&self.ns_b, &self.if_b, loss_percent)?;
+        for (ns, dev) in [(&self.ns_a, &self.if_a), (&self.ns_b, &self.if_b)] {
+            run_in(
+                ns,
+                "tc",
+                &[
+                    "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", "32kbit",
+                    "latency", latency,
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Packets dropped so far by [`Link::degrade`]'s random-loss rules.
+    pub fn dropped(&self) -> Result<u64, String> {
+        nft_dropped(&self.ns_b)
     }
 
     /// Sets side B's interface down (its traffic vanishes without a reset).

@@ -145,6 +145,23 @@ impl TargetChild {
         self.child.id()
     }
 
+    /// Kills the child (SIGKILL) and reaps it.
+    pub fn kill(&mut self) -> Result<ExitStatus, String> {
+        if let Some(st) = self.stopped {
+            return Ok(st);
+        }
+        self.child
+            .kill()
+            .map_err(|e| format!("killing target: {e}"))?;
+        let st = self
+            .child
+            .wait()
+            .map_err(|e| format!("reaping target: {e}"))?;
+        self.stopped = Some(st);
+        drop(self.stdin.take());
+        Ok(st)
+    }
+
     /// Closes the child's stdin and waits up to [`EXIT_GRACE`]; kills it if it lingers.
     /// Returns its exit status and whether it had to be killed.
     pub fn stop(&mut self) -> Result<(ExitStatus, bool), String> {

@@ -4,12 +4,17 @@
 //! - `initiator`  drive READ/WRITE batches against a target and report throughput and latency
 //! - `loopback`   start a target child process and run a sweep against it (`make bench`)
 //! - `demo`       two processes, loopback TCP, every byte verified (`make run`)
+//! - `soak`       verified traffic against a target restarted every 30 s; flat RSS/fds/threads?
 
 mod args;
 mod bench;
 mod child;
 mod demo;
 mod pattern;
+mod procstat;
+mod soak;
+mod soak_report;
+mod soak_work;
 mod spec;
 mod sys;
 mod table;
@@ -32,6 +37,9 @@ commands:
               (--path tcp|same-host|shared-memory|auto|both|all, default all)
   loopback    start a target process and run the initiator against it; without --op or
               --block-size: a sweep of read+write at 4K, 64K, 1M, 16M blocks x batch 32
+  soak        mixed READ/WRITE batches (4 KiB..4 MiB blocks, every byte verified) from several
+              threads against a target process restarted every 30 s; prints RSS, open fds and
+              threads of the initiator and the target each minute, totals, and a verdict
   initiator   run against a running target (needs --segment, --remote-addr, --remote-size)
   target      serve a pattern-filled buffer; prints
               READY segment=<name> addr=<addr> size=<len> pid=<pid> [shared=<addr>]
@@ -68,6 +76,16 @@ initiator / loopback options:
   --verify             check every byte read against the target's pattern
   --json               print one JSON object instead of the table
 
+soak options:
+  --minutes M          how long (default 10)
+  --restart-every S    seconds between target restarts (default 30)
+  --sample-every S     seconds between table rows (default 60)
+  --threads N          worker threads (default 4)
+  --transfer-timeout S the initiator's transfer deadline (default 10; peers no segment uses are
+                       released once their work is past it)
+  --path P             tcp (default), same-host or auto
+  --host H             local host (default 127.0.0.1)
+
 Sizes accept K, M and G suffixes (binary). Exit status: 0 ok, 1 failure, 2 bad arguments.";
 
 fn main() {
@@ -82,6 +100,7 @@ fn main() {
         Some("initiator") => initiator(&argv[1..]),
         Some("loopback") => loopback(&argv[1..]),
         Some("demo") => demo::main(&argv[1..]),
+        Some("soak") => soak::main(&argv[1..]),
         Some(other) => Err(UsageError(format!("unknown command {other:?}"))),
     };
     match code {

@@ -137,6 +137,23 @@ impl AlignedBuf {
     }
 }
 
+impl AlignedBuf {
+    /// Writes the pattern for offsets `pat_off..` into `[off, off+len)` through a shared
+    /// reference, for worker threads that each own a disjoint part of the buffer.
+    ///
+    /// # Safety
+    /// No other thread may be accessing `[off, off+len)` (and no transfer may be in flight on it).
+    pub unsafe fn fill_range(&self, off: usize, len: usize, pat_off: u64, seed: u64) {
+        assert!(
+            off.checked_add(len).is_some_and(|e| e <= self.len),
+            "range out of bounds"
+        );
+        // SAFETY: in bounds (checked above); exclusivity is the caller's promise.
+        let part = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(off), len) };
+        fill(part, pat_off, seed);
+    }
+}
+
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         let layout = Layout::from_size_align(self.len.max(4096), 4096).expect("valid layout");

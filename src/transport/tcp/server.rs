@@ -28,6 +28,36 @@ const RECV_BUF: usize = 256 << 10;
 /// READ payloads up to this size are copied into the reply buffer and sent together.
 const INLINE_REPLY: u64 = 32 << 10;
 const FLUSH_AT: usize = 512 << 10;
+/// After a rejection that ends a connection, input is read and discarded for at most this long
+/// and this many bytes while the replies already written drain to the peer.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 64 << 20;
+
+/// Ends a connection without losing the replies written so far (READ payloads, the rejection
+/// frame). Closing a socket with unread input (the rejected WRITE's payload, pipelined requests)
+/// makes the kernel reset the connection and drop whatever it had not sent yet, so the peer
+/// would see earlier replies and the rejection vanish. Half-close instead, then read and discard
+/// until the peer closes its side, `LINGER_TIME` passes or `LINGER_BYTES` arrived.
+fn lingering_close(stream: &TcpStream) {
+    use std::io::Read;
+    let _ = stream.shutdown(Shutdown::Write);
+    let deadline = Instant::now() + LINGER_TIME;
+    let mut sink = vec![0u8; 64 << 10];
+    let mut total = 0usize;
+    let mut reader = stream;
+    while total < LINGER_BYTES {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match reader.read(&mut sink) {
+            Ok(0) => break,
+            Ok(n) => total += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+}
 
 /// Open sessions by id: the socket (to end it at shutdown or eviction), when it last started a
 /// request (ms since the server started) and the thread. A session removes its socket here,
@@ -342,6 +372,7 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
             // A rejected v2 READ leaves the stream in sync (no payload follows either way);
             // anything else cannot be resynchronised, so the connection ends as in Mooncake.
             if h.write || !h.v2 {
+                lingering_close(stream);
                 return Ok(());
             }
             continue;

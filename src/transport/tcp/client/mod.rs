@@ -22,8 +22,11 @@
 //! reports as GPU memory is re-sent over the socket.
 
 mod inline;
+mod pool;
 mod reply;
 mod send;
+
+pub use pool::TcpClient;
 
 use super::net::{RecvBuf, send_all};
 use super::wire::{
@@ -37,7 +40,6 @@ use crate::transport::chan::{Receiver, Sender, TryRecvError, bounded, unbounded}
 use crate::transport::{Opcode, Slice, samehost};
 use reply::{LaneRx, receiver_loop};
 use send::*;
-use std::collections::HashMap;
 use std::io::IoSlice;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
@@ -124,6 +126,10 @@ struct Shared {
     /// while holding the lane's sending half) means a submitting thread may read replies itself.
     expected: Vec<AtomicUsize>,
     credit: Vec<Credit>,
+    /// When the peer was started; `last_submit_ms` counts from here.
+    born: Instant,
+    /// Milliseconds after `born` of the latest submit (for evicting unused peers).
+    last_submit_ms: AtomicU64,
 }
 
 impl Shared {
@@ -343,6 +349,8 @@ impl Peer {
                 .collect(),
             expected: (0..lanes).map(|_| AtomicUsize::new(0)).collect(),
             credit: (0..lanes).map(|_| Credit::default()).collect(),
+            born: Instant::now(),
+            last_submit_ms: AtomicU64::new(0),
         });
         let mut peer = Peer {
             shared: shared.clone(),
@@ -387,6 +395,7 @@ impl Peer {
     /// are large enough to gain from it. Queues them for the lanes otherwise.
     pub fn submit_all(&self, slices: Vec<Slice>) {
         let sh = &self.shared;
+        self.touch();
         // GPU slices always go to the lanes: staging runs on a lane's own stream and buffers,
         // never on the application's thread.
         let (bytes, gpu) = slices
@@ -438,8 +447,23 @@ impl Peer {
         }
     }
 
+    /// Records a submit now (before any of its slices can be queued).
+    fn touch(&self) {
+        let ms = self.shared.born.elapsed().as_millis() as u64;
+        // Relaxed: a clock reading; eviction only needs it from the thread that submits or
+        // from `TcpClient`, which holds the only reference when it reads it.
+        self.shared.last_submit_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// Time since the latest submit (since the start when there was none).
+    pub fn unused_for(&self) -> Duration {
+        let last = Duration::from_millis(self.shared.last_submit_ms.load(Ordering::Relaxed));
+        self.shared.born.elapsed().saturating_sub(last)
+    }
+
     /// Queues one slice for the lanes.
     pub fn submit(&self, slice: Slice) {
+        self.touch();
         if let Err(e) = self.shared.queue.send(Msg::Work(slice)) {
             if let Msg::Work(s) = e.into_inner() {
                 s.done.finish(Err(ErrorKind::Shutdown));
@@ -486,44 +510,5 @@ impl Drop for Peer {
                 s.done.finish(Err(ErrorKind::Shutdown));
             }
         }
-    }
-}
-
-/// All peers of one engine.
-pub struct TcpClient {
-    cfg: ClientConfig,
-    peers: Mutex<HashMap<PeerAddr, Arc<Peer>>>,
-}
-
-impl TcpClient {
-    /// A client with no peers yet.
-    pub fn new(cfg: ClientConfig) -> TcpClient {
-        TcpClient {
-            cfg,
-            peers: Mutex::default(),
-        }
-    }
-
-    /// The lanes to `addr`, started on first use.
-    pub fn peer(&self, addr: &PeerAddr) -> std::io::Result<Arc<Peer>> {
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = peers.get(addr) {
-            return Ok(p.clone());
-        }
-        let p = Arc::new(Peer::start(addr.clone(), self.cfg.clone())?);
-        peers.insert(addr.clone(), p.clone());
-        Ok(p)
-    }
-
-    /// Stops every lane, failing queued work.
-    pub fn shutdown(&self) {
-        let peers: Vec<_> = self
-            .peers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain()
-            .map(|(_, p)| p)
-            .collect();
-        drop(peers);
     }
 }
