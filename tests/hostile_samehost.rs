@@ -193,7 +193,7 @@ fn impostor(victim_pid: u32, token: u64, token_addr: u64, addrs: &[u64]) -> Stri
         tw_pid: victim_pid,
         tw_token: token,
         tw_token_addr: token_addr,
-        tw_version: 1,
+        tw_version: 2,
     };
     let reply = desc.encode();
     std::thread::spawn(move || {

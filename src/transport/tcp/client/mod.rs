@@ -19,7 +19,11 @@
 //!
 //! Same-host path: a connection uses `process_vm_*` only after the kernel confirmed that the
 //! peer's pid holds the server end of that very connection (`peer_identity`); a range the peer
-//! reports as GPU memory is re-sent over the socket.
+//! reports as GPU memory is re-sent over the socket. An approval is used only within
+//! `VM_APPROVAL_WINDOW` of sending its request (checked between chunks of a long copy; later,
+//! the slice is re-validated), and every approval is reported over once its copy is over with a
+//! "copy done" frame on the same connection (batched; written by whichever thread holds the
+//! lane's sending half), so the server's `unregister` waits for exactly the copies in flight.
 
 mod inline;
 mod reply;
@@ -97,11 +101,15 @@ enum Msg {
     Stop,
 }
 
+/// When a validate-only (same-host) request was sent; `None` for a plain request.
+type VmSent = Option<Instant>;
+
 enum Expect {
     /// Replies now come on this stream (with its generation).
     Conn(Arc<TcpStream>, u64),
-    /// A reply is due for this slice; `true` when it was sent validate-only (same-host path).
-    Reply(Slice, bool),
+    /// A reply is due for this slice; `Some(when it was sent)` when it was sent validate-only
+    /// (same-host path).
+    Reply(Slice, VmSent),
     /// The peer is shutting down.
     Stop,
 }
@@ -124,6 +132,9 @@ struct Shared {
     /// while holding the lane's sending half) means a submitting thread may read replies itself.
     expected: Vec<AtomicUsize>,
     credit: Vec<Credit>,
+    /// Per lane: same-host approvals whose copies are over but not yet reported to the server
+    /// ("copy done" frames owed), with the generation of the connection they came on.
+    owed: Vec<Mutex<(u64, u64)>>,
 }
 
 impl Shared {
@@ -158,6 +169,49 @@ impl Shared {
 }
 
 impl Shared {
+    /// One more same-host approval on connection `generation` of `lane` is over (copied, given
+    /// up or refused): the server must be told. Writes the "copy done" frame now when the lane's
+    /// sending half is free; otherwise its holder writes it when it lets go (or with its next
+    /// send).
+    fn owe_done(&self, lane: usize, generation: u64) {
+        {
+            let mut o = self.owed[lane].lock().unwrap_or_else(|e| e.into_inner());
+            if o.0 != generation {
+                // Approvals of an older connection: that server session is gone (its leases
+                // expire by themselves).
+                *o = (generation, 0);
+            }
+            o.1 += 1;
+        }
+        self.flush_done_if_free(lane);
+    }
+
+    /// Takes the "copy done" count owed on connection `generation` of `lane` (0 if none).
+    fn take_owed(&self, lane: usize, generation: u64) -> u64 {
+        let mut o = self.owed[lane].lock().unwrap_or_else(|e| e.into_inner());
+        let n = if o.0 == generation { o.1 } else { 0 };
+        o.1 = 0;
+        n
+    }
+
+    /// Writes owed "copy done" frames of `lane` unless its sending half is busy (its holder
+    /// then calls this again after letting go, so nothing owed is left behind for long).
+    fn flush_done_if_free(&self, lane: usize) {
+        loop {
+            if self.owed[lane].lock().unwrap_or_else(|e| e.into_inner()).1 == 0 {
+                return;
+            }
+            let mut tx = match self.lanes_tx[lane].try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            };
+            if !tx.flush_done(self, lane, false) {
+                return;
+            }
+        }
+    }
+
     /// Fails `s`, or re-queues it once when it was lost to a broken connection.
     fn fail_or_retry(&self, mut s: Slice, kind: ErrorKind, retryable: bool) {
         if Instant::now() >= s.deadline {
@@ -343,6 +397,7 @@ impl Peer {
                 .collect(),
             expected: (0..lanes).map(|_| AtomicUsize::new(0)).collect(),
             credit: (0..lanes).map(|_| Credit::default()).collect(),
+            owed: (0..lanes).map(|_| Mutex::new((0, 0))).collect(),
         });
         let mut peer = Peer {
             shared: shared.clone(),
@@ -424,6 +479,14 @@ impl Peer {
                     .collect();
                 if !lanes.is_empty() {
                     inline::receive(sh, &mut lanes);
+                }
+                for (lane, tx) in idle.iter_mut() {
+                    tx.flush_done(sh, *lane, true);
+                }
+                let lanes: Vec<usize> = idle.iter().map(|(lane, _)| *lane).collect();
+                drop(idle);
+                for lane in lanes {
+                    sh.flush_done_if_free(lane);
                 }
                 return;
             }
