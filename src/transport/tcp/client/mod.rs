@@ -170,20 +170,22 @@ impl Shared {
 
 impl Shared {
     /// One more same-host approval on connection `generation` of `lane` is over (copied, given
-    /// up or refused): the server must be told. Writes the "copy done" frame now when the lane's
-    /// sending half is free; otherwise its holder writes it when it lets go (or with its next
-    /// send).
+    /// up or refused): the server must be told. Whoever reads replies writes the owed "copy
+    /// done" frames once no further reply is queued for it (one frame for many approvals), or
+    /// the lane's next send carries them.
     fn owe_done(&self, lane: usize, generation: u64) {
-        {
-            let mut o = self.owed[lane].lock().unwrap_or_else(|e| e.into_inner());
-            if o.0 != generation {
-                // Approvals of an older connection: that server session is gone (its leases
-                // expire by themselves).
-                *o = (generation, 0);
-            }
-            o.1 += 1;
+        let mut o = self.owed[lane].lock().unwrap_or_else(|e| e.into_inner());
+        if o.0 != generation {
+            // Approvals of an older connection: that server session is gone (its leases
+            // expire by themselves).
+            *o = (generation, 0);
         }
-        self.flush_done_if_free(lane);
+        o.1 += 1;
+    }
+
+    /// How many "copy done" approvals are owed on `lane` now.
+    fn owed_count(&self, lane: usize) -> u64 {
+        self.owed[lane].lock().unwrap_or_else(|e| e.into_inner()).1
     }
 
     /// Takes the "copy done" count owed on connection `generation` of `lane` (0 if none).

@@ -81,6 +81,13 @@ pub(super) fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>)
             }
             Expect::Reply(s, vm) => {
                 handle_reply(sh, lane, &mut rx, s, vm);
+                // "Copy done" frames: once no further reply is queued here, or every 32.
+                if sh.addr.vm_pid != 0 {
+                    let owed = sh.owed_count(lane);
+                    if owed >= 32 || (owed > 0 && expect.is_empty()) {
+                        sh.flush_done_if_free(lane);
+                    }
+                }
                 false
             }
             Expect::Stop => true,
