@@ -1,8 +1,8 @@
 //! The per-slice transfer deadline (`transfer_timeout_ms`) on the RDMA path, against the fake
-//! verbs provider (`tests/fake_verbs`) told to black-hole work requests (`FAKE_VERBS_HOLD`): no
+//! verbs provider (`tests/fake_verbs`) told to black-hole work requests (`fake_verbs_set_hold`): no
 //! completion ever arrives by itself. Every task must still end FAILED soon after its deadline
 //! (the queue pairs are moved to the error state, which flushes the work), and the peer must be
-//! usable again afterwards. One test in this binary: it changes the process environment.
+//! usable again afterwards.
 
 mod common;
 use common::Buf;
@@ -48,14 +48,27 @@ fn write_blocks(
     (states, took)
 }
 
+/// Switches the loaded provider's black hole on or off.
+fn set_hold(lib: &std::path::Path, on: bool) {
+    // SAFETY: the provider is loaded by the engines (NOLOAD only finds it); the symbol has this
+    // signature.
+    unsafe {
+        let lib = libloading::os::unix::Library::open(
+            Some(lib),
+            libloading::os::unix::RTLD_NOW | libc::RTLD_NOLOAD,
+        )
+        .expect("fake provider is loaded");
+        let f: libloading::os::unix::Symbol<unsafe extern "C" fn(i32)> =
+            lib.get(b"fake_verbs_set_hold").unwrap();
+        f(on as i32)
+    }
+}
+
 #[test]
 fn black_holed_rdma_work_fails_at_the_transfer_deadline() {
     let lib = build_fake_verbs("fake_verbs_deadline");
     // SAFETY: the only test of this binary; set before any engine or provider reads them.
-    unsafe {
-        std::env::set_var("TW_IBVERBS_LIB", &lib);
-        std::env::remove_var("FAKE_VERBS_HOLD");
-    }
+    unsafe { std::env::set_var("TW_IBVERBS_LIB", &lib) };
     let t = rdma_engine(&[]);
     let i = rdma_engine(&[("transfer_timeout_ms", "500")]);
     let remote = Buf::new(1 << 20, 0);
@@ -69,10 +82,9 @@ fn black_holed_rdma_work_fails_at_the_transfer_deadline() {
     let (st, _) = write_blocks(&i, seg, local.addr(), remote.addr(), 4);
     assert!(st.iter().all(|s| *s == TaskState::Completed), "{st:?}");
 
-    // SAFETY: see above; the provider reads it at each post.
-    unsafe { std::env::set_var("FAKE_VERBS_HOLD", "1") };
+    set_hold(&lib, true);
     let (st, took) = write_blocks(&i, seg, local.addr(), remote.addr(), 8);
-    unsafe { std::env::remove_var("FAKE_VERBS_HOLD") };
+    set_hold(&lib, false);
     assert!(
         st.iter().all(|s| *s == TaskState::Failed),
         "{st:?} after {took:?}"

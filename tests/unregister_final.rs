@@ -66,7 +66,7 @@ fn write_loop(
     // Relaxed: a stop flag; one more round is harmless.
     while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(30) {
         seq = seq.wrapping_add(1).max(1);
-        // SAFETY (test): the buffer is ours and not in flight between tasks.
+        // SAFETY: the buffer is ours, LEN bytes long, and not in flight between tasks.
         unsafe { std::ptr::write_bytes(local.addr() as *mut u8, seq, LEN) };
         let b = e.alloc_batch(1).unwrap();
         e.submit(
@@ -102,9 +102,12 @@ fn write_loop(
 
 /// Reads the buffer at `addr` without letting the compiler assume nobody else writes it.
 fn snapshot(addr: u64, len: usize) -> Vec<u8> {
-    // SAFETY (test): the buffer is alive; other writers race us on purpose, bytes are plain data.
     (0..len)
-        .map(|i| unsafe { std::ptr::read_volatile((addr as *const u8).add(i)) })
+        .map(|i| {
+            // SAFETY: the buffer is alive and `len` bytes long; other writers race us on
+            // purpose, and bytes are plain data.
+            unsafe { std::ptr::read_volatile((addr as *const u8).add(i)) }
+        })
         .collect()
 }
 

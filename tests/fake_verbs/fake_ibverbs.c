@@ -21,7 +21,8 @@
  *   FAKE_VERBS_FAIL_STATUS the error status to use (default 12, IBV_WC_RETRY_EXC_ERR)
  *   FAKE_VERBS_HOLD      with 1, work requests posted meanwhile never execute nor complete (a
  *                        black-holed peer) until their queue pair is moved to ERR, which
- *                        flushes them (IBV_WC_WR_FLUSH_ERR), as real devices do
+ *                        flushes them (IBV_WC_WR_FLUSH_ERR), as real devices do; also switched
+ *                        at run time with fake_verbs_set_hold(int)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -172,6 +173,11 @@ void fake_verbs_stats(uint64_t out[3]) {
 }
 
 /* Queue pairs that exist now (created, not destroyed), for tests of resource caps. */
+/* FAKE_VERBS_HOLD switched at run time (tests cannot safely change the environment while
+ * engine threads read it). */
+static int g_hold;
+void fake_verbs_set_hold(int on) { __atomic_store_n(&g_hold, on, __ATOMIC_SEQ_CST); }
+
 uint64_t fake_verbs_live_qps(void) {
     uint64_t n = 0;
     pthread_mutex_lock(&g_lock);
@@ -560,7 +566,8 @@ static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_
             *bad = wr;
             return ENOMEM;
         }
-        if (q->state != QPS_ERR && env_int("FAKE_VERBS_HOLD", 0)) {
+        if (q->state != QPS_ERR &&
+            (__atomic_load_n(&g_hold, __ATOMIC_SEQ_CST) || env_int("FAKE_VERBS_HOLD", 0))) {
             pthread_mutex_lock(&f->lock);
             int room = q->held < MAX_HELD;
             if (room) { q->held_id[q->held] = wr->wr_id; q->held_op[q->held] = wr->opcode; q->held++; }
