@@ -14,7 +14,10 @@
 //! on the region is left (bounded by `VM_LEASE`). The initiator starts a copy only within
 //! [`VM_APPROVAL_WINDOW`] of sending the request and re-checks that window between chunks, so an
 //! honest initiator's copy is over long before its lease ends. Leases outlive their session
-//! (a closed connection says nothing about a copy still running in the initiator).
+//! (a closed connection says nothing about a copy still running in the initiator). The one
+//! timing assumption: an initiator thread descheduled for more than `VM_LEASE -
+//! VM_APPROVAL_WINDOW` (1.75 s) between its window check and the end of one 4 MiB piece could
+//! still land that piece after the lease ended; `unregister` logs nothing in that case.
 //!
 //! Threat model of the same-host path: this fence makes `unregister` final against *honest*
 //! tidewire peers that race it. It is no protection against a hostile process of the same user:
