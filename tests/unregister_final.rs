@@ -194,6 +194,24 @@ fn child_writer_main() {
         while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
         st.store(true, Ordering::Relaxed);
     });
+    if f.get(2) == Some(&"once") {
+        // One write, then idle (until stdin closes): its "copy done" report must reach the
+        // target by itself.
+        let once = Arc::new(AtomicBool::new(false));
+        let o = once.clone();
+        let t = write_loop(&e, seg, remote, &once, move || {
+            o.store(true, Ordering::Relaxed);
+        });
+        println!("READY {path} {}", t.0);
+        let _ = std::io::stdout().flush();
+        let t0 = Instant::now();
+        while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        println!("DONE 1 0 0");
+        let _ = std::io::stdout().flush();
+        return;
+    }
     let t = write_loop(&e, seg, remote, &stop, || {
         println!("READY {path}");
         let _ = std::io::stdout().flush();
@@ -415,4 +433,48 @@ fn trickled_frames_hit_the_frame_deadline() {
     let mut st = [0u8; 8];
     s.read_exact(&mut st).unwrap();
     assert_eq!(st, [0, 0, 0, 0, 0x56, 0x54, 0x43, 0x4d]);
+}
+
+/// A same-host writer that wrote once and went idle: its "copy done" report reaches the target
+/// by itself (no later request carries it), so `unregister` returns at once, not after the
+/// lease time.
+#[test]
+fn idle_same_host_writer_does_not_hold_unregister() {
+    let _s = serial();
+    let target = engine_with(&[("same_host", "1")]);
+    let buf = Buf::new(LEN, 0);
+    target
+        .register_memory(buf.addr(), buf.len(), "cpu:0", true)
+        .unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_writer_main", "--nocapture", "--ignored"])
+        .env(ROLE_VAR, format!("{} {} once", target.name(), buf.addr()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if line.starts_with("READY ") {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    let ready = rx.recv_timeout(Duration::from_secs(30)).expect("READY");
+    assert_eq!(ready, "READY same-host 1");
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    target.unregister_memory(buf.addr()).unwrap();
+    let took = t0.elapsed();
+    drop(stdin);
+    let _ = child.wait();
+    assert!(buf.0.iter().all(|&b| b != 0), "the write landed");
+    assert!(
+        took < Duration::from_millis(500),
+        "unregister took {took:?}"
+    );
 }

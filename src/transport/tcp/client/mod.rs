@@ -22,9 +22,11 @@
 //! reports as GPU memory is re-sent over the socket. An approval is used only within
 //! `VM_APPROVAL_WINDOW` of sending its request (checked between chunks of a long copy; later,
 //! the slice is re-validated), and every approval is reported over once its copy is over with a
-//! "copy done" frame on the same connection (batched; written by whichever thread holds the
-//! lane's sending half), so the server's `unregister` waits for exactly the copies in flight.
+//! "copy done" frame on the same connection (batched: carried in front of the lane's next send,
+//! or written by a per-peer flusher thread a few milliseconds later; see `done.rs`), so the
+//! server's `unregister` waits for exactly the copies in flight.
 
+mod done;
 mod inline;
 mod reply;
 mod send;
@@ -132,9 +134,8 @@ struct Shared {
     /// while holding the lane's sending half) means a submitting thread may read replies itself.
     expected: Vec<AtomicUsize>,
     credit: Vec<Credit>,
-    /// Per lane: same-host approvals whose copies are over but not yet reported to the server
-    /// ("copy done" frames owed), with the generation of the connection they came on.
-    owed: Vec<Mutex<(u64, u64)>>,
+    /// "Copy done" frames owed to the server (same-host path), and their flusher.
+    done: done::DoneState,
 }
 
 impl Shared {
@@ -169,51 +170,6 @@ impl Shared {
 }
 
 impl Shared {
-    /// One more same-host approval on connection `generation` of `lane` is over (copied, given
-    /// up or refused): the server must be told. Whoever reads replies writes the owed "copy
-    /// done" frames once no further reply is queued for it (one frame for many approvals), or
-    /// the lane's next send carries them.
-    fn owe_done(&self, lane: usize, generation: u64) {
-        let mut o = self.owed[lane].lock().unwrap_or_else(|e| e.into_inner());
-        if o.0 != generation {
-            // Approvals of an older connection: that server session is gone (its leases
-            // expire by themselves).
-            *o = (generation, 0);
-        }
-        o.1 += 1;
-    }
-
-    /// How many "copy done" approvals are owed on `lane` now.
-    fn owed_count(&self, lane: usize) -> u64 {
-        self.owed[lane].lock().unwrap_or_else(|e| e.into_inner()).1
-    }
-
-    /// Takes the "copy done" count owed on connection `generation` of `lane` (0 if none).
-    fn take_owed(&self, lane: usize, generation: u64) -> u64 {
-        let mut o = self.owed[lane].lock().unwrap_or_else(|e| e.into_inner());
-        let n = if o.0 == generation { o.1 } else { 0 };
-        o.1 = 0;
-        n
-    }
-
-    /// Writes owed "copy done" frames of `lane` unless its sending half is busy (its holder
-    /// then calls this again after letting go, so nothing owed is left behind for long).
-    fn flush_done_if_free(&self, lane: usize) {
-        loop {
-            if self.owed[lane].lock().unwrap_or_else(|e| e.into_inner()).1 == 0 {
-                return;
-            }
-            let mut tx = match self.lanes_tx[lane].try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return,
-            };
-            if !tx.flush_done(self, lane, false) {
-                return;
-            }
-        }
-    }
-
     /// Fails `s`, or re-queues it once when it was lost to a broken connection.
     fn fail_or_retry(&self, mut s: Slice, kind: ErrorKind, retryable: bool) {
         if Instant::now() >= s.deadline {
@@ -269,6 +225,8 @@ pub struct Peer {
     rx: Receiver<Msg>,
     senders: Vec<JoinHandle<()>>,
     receivers: Vec<JoinHandle<()>>,
+    /// Writes owed "copy done" frames (same-host peers only).
+    flusher: Option<JoinHandle<()>>,
 }
 
 /// A lane's sender stops taking work while this many bytes await replies on it.
@@ -399,14 +357,25 @@ impl Peer {
                 .collect(),
             expected: (0..lanes).map(|_| AtomicUsize::new(0)).collect(),
             credit: (0..lanes).map(|_| Credit::default()).collect(),
-            owed: (0..lanes).map(|_| Mutex::new((0, 0))).collect(),
+            done: done::DoneState::new(lanes),
         });
         let mut peer = Peer {
             shared: shared.clone(),
             rx: rx.clone(),
             senders: Vec::with_capacity(lanes),
             receivers: Vec::with_capacity(lanes),
+            flusher: None,
         };
+        if shared.vm_on.load(Ordering::Relaxed) {
+            let sh = shared.clone();
+            peer.flusher = Some(
+                std::thread::Builder::new()
+                    .name(format!("tw-tcp-done-{}", shared.addr.port))
+                    .spawn(move || {
+                        crate::guard::guarded("tcp copy-done flusher", || done::flusher_loop(&sh))
+                    })?,
+            );
+        }
         for (lane, erx) in expect_rx.into_iter().enumerate() {
             let (sh, q) = (shared.clone(), rx.clone());
             peer.senders.push(
@@ -482,14 +451,9 @@ impl Peer {
                 if !lanes.is_empty() {
                     inline::receive(sh, &mut lanes);
                 }
-                for (lane, tx) in idle.iter_mut() {
-                    tx.flush_done(sh, *lane, true);
-                }
-                let lanes: Vec<usize> = idle.iter().map(|(lane, _)| *lane).collect();
                 drop(idle);
-                for lane in lanes {
-                    sh.flush_done_if_free(lane);
-                }
+                // Owed "copy done" frames ride on the next request, or go out shortly.
+                sh.arm_done_flush();
                 return;
             }
         }
@@ -510,6 +474,11 @@ impl Peer {
 
 impl Drop for Peer {
     fn drop(&mut self) {
+        // Same-host copies already done are reported before the connections close, so the
+        // server's `unregister` need not wait for their leases to expire.
+        for lane in 0..self.shared.lanes_tx.len() {
+            self.shared.flush_done_if_free(lane);
+        }
         // Release pairs with the Acquire loads in the lane threads.
         self.shared.shutdown.store(true, Ordering::Release);
         for _ in 0..self.shared.cfg.lanes.max(1) {
@@ -538,6 +507,10 @@ impl Drop for Peer {
             let _ = self.shared.post(lane, &tx.expect, Expect::Stop);
         }
         for t in self.receivers.drain(..) {
+            let _ = t.join();
+        }
+        self.shared.done.stop();
+        if let Some(t) = self.flusher.take() {
             let _ = t.join();
         }
         // No thread is left to re-queue: whatever is still queued fails now.

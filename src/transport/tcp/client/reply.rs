@@ -81,12 +81,13 @@ pub(super) fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>)
             }
             Expect::Reply(s, vm) => {
                 handle_reply(sh, lane, &mut rx, s, vm);
-                // "Copy done" frames: once no further reply is queued here, or every 32.
-                if sh.addr.vm_pid != 0 {
-                    let owed = sh.owed_count(lane);
-                    if owed >= 32 || (owed > 0 && expect.is_empty()) {
+                // "Copy done" frames ride on the lane's next send while work keeps coming;
+                // every 32 approvals they go out at once, otherwise shortly (the flusher).
+                if vm.is_some() {
+                    if sh.owed_count(lane) >= 32 {
                         sh.flush_done_if_free(lane);
                     }
+                    sh.arm_done_flush();
                 }
                 false
             }

@@ -55,8 +55,6 @@ pub(super) fn sender_loop(sh: &Shared, lane: usize, queue: &Receiver<Msg>) {
             }
         }
         sh.lane_tx(lane).send(sh, lane, &mut batch, false);
-        // "Copy done" frames owed while this thread held the sending half.
-        sh.flush_done_if_free(lane);
     }
     if let Some(s) = sh.lane_tx(lane).conn.take() {
         let _ = s.shutdown(Shutdown::Both);
@@ -119,14 +117,13 @@ impl LaneTx {
         let mine = self.send_collect(sh, lane, batch, inline_rx);
         if !mine.is_empty() {
             inline::receive(sh, &mut [(lane, &self.expect, mine.into_iter())]);
-            self.flush_done(sh, lane, true);
+            sh.arm_done_flush();
         }
     }
 
     /// Writes one "copy done" frame for the same-host approvals owed on this lane's current
-    /// connection. `blocking = false` (a receiver thread that found the lane free) never waits
-    /// for socket space: the count stays owed for the next send. Returns whether a frame was
-    /// written.
+    /// connection (see `done`). `blocking = false` never waits for socket space: the count stays
+    /// owed for the next send or flush. Returns whether a frame was written.
     pub(super) fn flush_done(&mut self, sh: &Shared, lane: usize, blocking: bool) -> bool {
         let n = sh.take_owed(lane, self.generation);
         let Some(conn) = self.conn.as_ref().filter(|_| n > 0) else {
@@ -146,11 +143,8 @@ impl LaneTx {
             _ if !blocking
                 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock =>
             {
-                // Nothing was written: still owed (the next send carries it).
-                let mut o = sh.owed[lane].lock().unwrap_or_else(|e| e.into_inner());
-                if o.0 == self.generation {
-                    o.1 += n;
-                }
+                // Nothing was written: still owed (the next send or flush carries it).
+                sh.reowe(lane, self.generation, n);
                 false
             }
             // The connection is broken: its session ends and the leases expire by themselves.
