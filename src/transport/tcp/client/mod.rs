@@ -451,9 +451,13 @@ impl Peer {
                 if !lanes.is_empty() {
                     inline::receive(sh, &mut lanes);
                 }
+                let owed =
+                    sh.addr.vm_pid != 0 && idle.iter().any(|(lane, _)| sh.owed_count(*lane) > 0);
                 drop(idle);
-                // Owed "copy done" frames ride on the next request, or go out shortly.
-                sh.arm_done_flush();
+                if owed {
+                    // Owed "copy done" frames ride on the next request, or go out shortly.
+                    sh.arm_done_flush();
+                }
                 return;
             }
         }
