@@ -546,7 +546,10 @@ tw_result tw_memory_register(const struct tw_engine *engine,
                              bool remote_accessible);
 
 /*
- Drops one registration of the region starting exactly at `addr`.
+ Drops one registration of the region starting exactly at `addr`. When the last one goes,
+ the call returns only once no peer request touches the region any more (TCP requests in
+ flight are cut off, same-host and in-process copies are waited for, about 2 s at most) and
+ none can start: the memory may then be freed.
  */
 tw_result tw_memory_unregister(const struct tw_engine *engine, void *addr);
 

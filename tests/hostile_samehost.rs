@@ -210,7 +210,7 @@ fn impostor(
         tw_pid: victim_pid,
         tw_token: token,
         tw_token_addr: token_addr,
-        tw_version: 1,
+        tw_version: 2,
         tw_shm_ctl: shm.as_ref().map_or(0, |s| s.0),
         tw_shm: shm.into_iter().map(|s| s.1).collect(),
     };

@@ -42,8 +42,9 @@ use scatter::ScatterOp;
 use segments::SegmentTable;
 use std::sync::{Arc, Mutex, RwLock};
 
-/// Protocol revision that tidewire peers publish as `tw_version`.
-pub const TW_PROTOCOL_VERSION: u32 = 1;
+/// Protocol revision that tidewire peers publish as `tw_version`. 2: the same-host path
+/// reports finished copies ("copy done" frames); peers publishing 1 get plain TCP.
+pub const TW_PROTOCOL_VERSION: u32 = 2;
 
 /// A received notification.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,8 +19,10 @@ impl Inner {
 
     /// Pid of a verified tidewire peer on this host, or 0 (plain TCP), with one log line why.
     pub(super) fn same_host_pid(&self, desc: &SegmentDesc) -> u32 {
+        // Version 1 peers do not take "copy done" frames (their `unregister` would not wait for
+        // our copies): plain TCP.
         if !self.cfg.same_host
-            || desc.tw_version == 0
+            || desc.tw_version < 2
             || desc.tw_token == 0
             || desc.tw_pid == 0
             || desc.tw_host_id.is_empty()

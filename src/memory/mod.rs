@@ -5,7 +5,8 @@
 //! A re-registration of the same range must keep its `remote_accessible` flag: changing it is
 //! refused (otherwise removing one registration would silently re-open or close the range).
 //! `unregister` is final for peers: when it returns, no remote request is inside the range any
-//! more and none can enter it (see [`pins`]).
+//! more and none can enter it (see [`pins`]: TCP requests, same-host approvals), and no
+//! in-process copy is running on it (those run under the registry's read lock).
 
 pub mod pins;
 pub(crate) mod raw;
@@ -291,6 +292,24 @@ impl Registry {
             slot.enter(r.base);
         }
         Ok(place)
+    }
+
+    /// Checks `[addr, addr+len)` like [`Registry::check_place`] and runs `f` with its place
+    /// while the registry stays read-locked, so that an `unregister` of the region waits until
+    /// `f` returns (in-process copies: the owner's memory cannot be unregistered under them).
+    /// `f` must not call back into this registry's writers (`register`/`unregister`).
+    pub fn with_checked<T>(
+        &self,
+        addr: u64,
+        len: u64,
+        access: Access,
+        f: impl FnOnce(Option<u32>) -> Result<T>,
+    ) -> Result<T> {
+        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let place = Self::check_in(&map, addr, len, access)?;
+        let out = f(place);
+        drop(map);
+        out
     }
 
     /// A pin slot for a data-server session reading from socket `fd` (see [`pins`]).

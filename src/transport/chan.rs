@@ -146,6 +146,11 @@ impl<T> Sender<T> {
 }
 
 impl<T> Receiver<T> {
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().items.is_empty()
+    }
+
     /// Takes the oldest item, sleeping until there is one; `Err` once every sender is gone.
     pub fn recv(&self) -> Result<T, RecvError> {
         let mut s = self.0.lock();

@@ -62,8 +62,8 @@ impl Transport for MemCopy {
 /// Copies between this engine's registered memory (`mine`) and memory registered with `owner`
 /// (this engine again for the local segment, or a peer engine of this process). The remote range
 /// is checked with `access` rules; with `Access::Remote` a refusal reads as the owner's
-/// rejection, exactly as its TCP server would answer. GPU memory on either side is copied by the
-/// CUDA driver.
+/// rejection, exactly as its TCP server would answer, and the owner's `unregister` waits for the
+/// copy. GPU memory on either side is copied by the CUDA driver.
 pub fn copy(
     mine: &Registry,
     owner: &Registry,
@@ -74,20 +74,37 @@ pub fn copy(
     len: u64,
 ) -> Result<()> {
     let a = mine.check_place(local, len, Access::Local)?;
-    let b = owner
-        .check_place(remote, len, access)
-        .map_err(|e| match access {
-            Access::Remote => Error::new(ErrorKind::Rejected, e.message().to_string()),
-            Access::Local => e,
-        })?;
     let (src, dst) = match op {
         Opcode::Read => (remote, local),
         Opcode::Write => (local, remote),
     };
-    if let Some(dev) = a.or(b) {
-        return crate::gpu::copy(dev, dst, src, len as usize);
+    let run = |b: Option<u32>| {
+        if let Some(dev) = a.or(b) {
+            return crate::gpu::copy(dev, dst, src, len as usize);
+        }
+        // SAFETY: both ranges were just checked against their owners' registries, and the
+        // owner's stays registered until this copy returns (its registry is read-locked).
+        unsafe { raw::copy(src, dst, len as usize) };
+        Ok(())
+    };
+    match access {
+        // This engine's own segment: its user races only itself.
+        Access::Local => run(owner.check_place(remote, len, access)?),
+        // A peer engine's memory: the copy holds the peer's registry (shared, so copies run in
+        // parallel), so its `unregister` returns only after the copy is over. Only the owner's
+        // lock is held: two engines copying into each other cannot deadlock.
+        Access::Remote => {
+            let mut checked = false;
+            owner
+                .with_checked(remote, len, access, |b| {
+                    checked = true;
+                    run(b)
+                })
+                // A refusal reads as the owner's rejection, as its TCP server would answer.
+                .map_err(|e| match checked {
+                    true => e,
+                    false => Error::new(ErrorKind::Rejected, e.message().to_string()),
+                })
+        }
     }
-    // SAFETY: both ranges were just checked against their owners' registries.
-    unsafe { raw::copy(src, dst, len as usize) };
-    Ok(())
 }

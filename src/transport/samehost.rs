@@ -11,6 +11,14 @@
 //!   initiator reads a random token at a published address of the peer with `process_vm_readv`:
 //!   a wrong process (pid namespaces) or a kernel that refuses cross-process access means plain
 //!   TCP. A later refusal (`EPERM`) turns the shortcut off for that peer and re-sends over TCP.
+//!
+//! `unregister` is final on both paths: an in-process copy holds the owner's registry (shared)
+//! while it runs; a cross-process approval is a lease the owner keeps until the initiator's
+//! "copy done" frame, and the initiator copies only within a short window after its request
+//! (see `memory::pins`). Threat model: this protects against honest peers racing `unregister`,
+//! not against a hostile process of the same user, which can write our memory with
+//! `process_vm_writev` whenever it likes; where such processes exist, turn `same_host` off or
+//! run engines as different users.
 
 use crate::memory::Registry;
 use std::collections::HashMap;
@@ -111,6 +119,32 @@ pub fn vm_copy(pid: u32, read: bool, local: u64, remote: u64, len: usize) -> std
         done += n as usize;
     }
     Ok(())
+}
+
+/// Largest piece of one same-host copy: between pieces the approval's window is checked again.
+const VM_CHUNK: usize = 4 << 20;
+
+/// Like [`vm_copy`], in pieces of at most 4 MiB, each started only before `until` (the end of
+/// the owner's approval window). `Ok(false)` when the window closed before the copy was done
+/// (part of it may have been copied: the caller re-validates and copies again).
+pub fn vm_copy_until(
+    pid: u32,
+    read: bool,
+    local: u64,
+    remote: u64,
+    len: usize,
+    until: std::time::Instant,
+) -> std::io::Result<bool> {
+    let mut done = 0usize;
+    while done < len {
+        if std::time::Instant::now() >= until {
+            return Ok(false);
+        }
+        let k = (len - done).min(VM_CHUNK);
+        vm_copy(pid, read, local + done as u64, remote + done as u64, k)?;
+        done += k;
+    }
+    Ok(true)
 }
 
 /// Checks that `pid` is the process that published `token` at `token_addr`.

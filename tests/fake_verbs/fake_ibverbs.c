@@ -19,6 +19,10 @@
  *   FAKE_VERBS_FAIL_DEV  every work request posted on this local device completes in error
  *   FAKE_VERBS_FAIL_EVERY  every Nth work request (process-wide) completes in error
  *   FAKE_VERBS_FAIL_STATUS the error status to use (default 12, IBV_WC_RETRY_EXC_ERR)
+ *   FAKE_VERBS_HOLD      with 1, work requests posted meanwhile never execute nor complete (a
+ *                        black-holed peer) until their queue pair is moved to ERR, which
+ *                        flushes them (IBV_WC_WR_FLUSH_ERR), as real devices do; also switched
+ *                        at run time with fake_verbs_set_hold(int)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -169,6 +173,11 @@ void fake_verbs_stats(uint64_t out[3]) {
 }
 
 /* Queue pairs that exist now (created, not destroyed), for tests of resource caps. */
+/* FAKE_VERBS_HOLD switched at run time (tests cannot safely change the environment while
+ * engine threads read it). */
+static int g_hold;
+void fake_verbs_set_hold(int on) { __atomic_store_n(&g_hold, on, __ATOMIC_SEQ_CST); }
+
 uint64_t fake_verbs_live_qps(void) {
     uint64_t n = 0;
     pthread_mutex_lock(&g_lock);
@@ -190,9 +199,12 @@ struct fake_cq {
     struct ibv_cq cq; pthread_mutex_t lock; int armed;
     struct ibv_wc ring[RING]; struct ibv_qp *owner[RING]; unsigned head, count;
 };
+#define MAX_HELD 1024
 struct fake_qp {
     struct ibv_qp qp; int dev; uint32_t max_wr, outstanding; int slot;
     uint32_t dest_qpn; int32_t dest_pid; uint64_t dest_pub; int dest_dev; int state;
+    /* FAKE_VERBS_HOLD: posted, not completed (wr_id, opcode); guarded by the CQ lock. */
+    uint64_t held_id[MAX_HELD]; int held_op[MAX_HELD]; unsigned held;
 };
 
 static int env_int(const char *name, int dflt) {
@@ -438,6 +450,17 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
     g_pub.qps[q->slot].state = (uint32_t)to;
     if (to == QPS_RTR) g_pub.qps[q->slot].dest_qpn = q->dest_qpn;
     pthread_mutex_unlock(&g_lock);
+    if (to == QPS_ERR) {
+        /* Held work is flushed, in order. */
+        struct fake_cq *f = (struct fake_cq *)q->qp.send_cq;
+        pthread_mutex_lock(&f->lock);
+        unsigned n = q->held;
+        q->held = 0;
+        pthread_mutex_unlock(&f->lock);
+        for (unsigned i = 0; i < n; i++)
+            complete(q, q->held_id[i], WC_WR_FLUSH_ERR,
+                     q->held_op[i] == WR_RDMA_WRITE ? WC_OP_RDMA_WRITE : WC_OP_RDMA_READ, 0);
+    }
     return 0;
 }
 
@@ -542,6 +565,16 @@ static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_
             pthread_mutex_lock(&g_lock); g_stat_full++; pthread_mutex_unlock(&g_lock);
             *bad = wr;
             return ENOMEM;
+        }
+        if (q->state != QPS_ERR &&
+            (__atomic_load_n(&g_hold, __ATOMIC_SEQ_CST) || env_int("FAKE_VERBS_HOLD", 0))) {
+            pthread_mutex_lock(&f->lock);
+            int room = q->held < MAX_HELD;
+            if (room) { q->held_id[q->held] = wr->wr_id; q->held_op[q->held] = wr->opcode; q->held++; }
+            else q->outstanding--;
+            pthread_mutex_unlock(&f->lock);
+            if (!room) { *bad = wr; return ENOMEM; }
+            continue;
         }
         int status = q->state == QPS_ERR ? WC_WR_FLUSH_ERR : execute(q, wr, peer);
         if (status != WC_SUCCESS && q->state != QPS_ERR) {

@@ -32,7 +32,10 @@ pub extern "C" fn tw_memory_register(
     })
 }
 
-/// Drops one registration of the region starting exactly at `addr`.
+/// Drops one registration of the region starting exactly at `addr`. When the last one goes,
+/// the call returns only once no peer request touches the region any more (TCP requests in
+/// flight are cut off, same-host and in-process copies are waited for, about 2 s at most) and
+/// none can start: the memory may then be freed.
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_memory_unregister(engine: *const tw_engine, addr: *mut c_void) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {

@@ -23,6 +23,9 @@ pub struct Remote {
 pub(crate) struct QpState<W> {
     pub outstanding: u32,
     pub pending: VecDeque<W>,
+    /// Posted work requests awaiting their completion: (work request id, slice deadline), in
+    /// posting order (an RC send queue completes in that order).
+    pub posted: VecDeque<(u64, std::time::Instant)>,
 }
 
 impl<W> Default for QpState<W> {
@@ -30,6 +33,7 @@ impl<W> Default for QpState<W> {
         QpState {
             outstanding: 0,
             pending: VecDeque::new(),
+            posted: VecDeque::new(),
         }
     }
 }

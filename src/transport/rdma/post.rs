@@ -13,6 +13,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// How often a completion thread looks for posted work past its deadline.
+const EXPIRY_CHECK_EVERY: Duration = Duration::from_millis(50);
+
 /// One slice on its way through the RDMA path. Boxed: its address is the work request id.
 pub struct Work {
     pub(crate) slice: Slice,
@@ -104,6 +107,9 @@ impl Rdma {
             if self.stop.load(Ordering::Acquire) {
                 return w.fail(ErrorKind::Shutdown);
             }
+            if Instant::now() >= w.slice.deadline {
+                return w.fail(ErrorKind::Timeout);
+            }
             let (op, local, remote, len) = (w.slice.op, w.slice.local, w.slice.remote, w.slice.len);
             let desc = w.peer.desc.clone();
             let Some(buf) = desc.buffer_for(remote, len) else {
@@ -184,7 +190,12 @@ impl Rdma {
         let mut wc = [ibv_wc::default(); 64];
         let mut idle_spins = 0u32;
         let mut stop_deadline: Option<Instant> = None;
+        let mut last_expiry_check = Instant::now();
         loop {
+            if last_expiry_check.elapsed() >= EXPIRY_CHECK_EVERY {
+                self.expire(di);
+                last_expiry_check = Instant::now();
+            }
             if self.stop.load(Ordering::Acquire) {
                 let d =
                     *stop_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(2));
@@ -246,6 +257,9 @@ impl Rdma {
         let first_error = c.status != IBV_WC_SUCCESS && !ep.broken.swap(true, Ordering::AcqRel);
         {
             let mut st = ep.state[qi].lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = st.posted.iter().position(|p| p.0 == c.wr_id) {
+                st.posted.remove(i);
+            }
             st.outstanding = st.outstanding.saturating_sub(1);
             ep.dev.in_flight.fetch_sub(1, Ordering::AcqRel);
             self.drain(&ep, qi, &mut st);
@@ -264,6 +278,10 @@ impl Rdma {
                 c.vendor_err
             );
             ep.to_error();
+        }
+        if Instant::now() >= w.slice.deadline {
+            // Its deadline passed (the queue pair was reset for it, or it failed late).
+            return w.fail(ErrorKind::Timeout);
         }
         if w.slice.retries >= self.opts.retries || self.stop.load(Ordering::Acquire) {
             tw_log!(
@@ -299,6 +317,10 @@ impl Rdma {
                 w.fail(ErrorKind::Shutdown);
                 continue;
             }
+            if Instant::now() >= w.slice.deadline {
+                w.fail(ErrorKind::Timeout);
+                continue;
+            }
             if ep.broken.load(Ordering::Acquire) {
                 let mut w = w;
                 w.ep = None;
@@ -319,6 +341,48 @@ impl Rdma {
                         e.into_inner().fail(ErrorKind::Shutdown);
                     }
                 }
+            }
+        }
+    }
+
+    /// Deadline pass of the completion thread: a queue pair of device `di` with posted work
+    /// past its slice's deadline (`transfer_timeout_ms`: the peer or the fabric is silent) is
+    /// moved to the error state. The device then flushes everything posted on it (verbs
+    /// semantics): overdue slices fail as `Timeout`, the others are retried on a fresh path, and
+    /// the endpoint is rebuilt by the next transfer. Pending (not yet posted) overdue work fails
+    /// as it is drained.
+    fn expire(&self, di: usize) {
+        let now = Instant::now();
+        // One lock at a time (no order to keep with other users of these maps).
+        let mut eps: Vec<Arc<Endpoint>> = self
+            .active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|e| e.dev_index == di)
+            .cloned()
+            .collect();
+        eps.extend(
+            self.retired
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .filter(|e| e.dev_index == di)
+                .cloned(),
+        );
+        for ep in eps {
+            let late = (0..ep.qps.len()).any(|qi| {
+                let st = ep.state[qi].lock().unwrap_or_else(|e| e.into_inner());
+                st.posted.iter().any(|&(_, deadline)| deadline <= now)
+            });
+            if late && !ep.broken.swap(true, Ordering::AcqRel) {
+                tw_log!(
+                    Level::Warn,
+                    "rdma: {} {}: no completion by the transfer deadline; resetting its queue pairs",
+                    ep.dev.name,
+                    ep.peer_nic_path
+                );
+                ep.to_error();
             }
         }
     }
@@ -385,6 +449,7 @@ fn post_locked(
     }
     st.outstanding += 1;
     dev.in_flight.fetch_add(1, Ordering::AcqRel);
+    let deadline = w.slice.deadline;
     let raw = Box::into_raw(w);
     // SAFETY: `raw` is a live, uniquely owned Work until its completion is polled; the
     // completion thread takes this queue pair's lock (held here) before touching it.
@@ -394,6 +459,7 @@ fn post_locked(
         dev.post_send(ep.qps[qi], &mut (*raw).wr)
     };
     if rc == 0 {
+        st.posted.push_back((raw as u64, deadline));
         return Ok(true);
     }
     st.outstanding -= 1;

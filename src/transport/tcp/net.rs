@@ -35,6 +35,62 @@ pub fn send_all(fd: RawFd, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
     Ok(())
 }
 
+/// A reader over a socket with a deadline for one whole frame (not per `read` call, so a peer
+/// trickling a byte at a time cannot keep a frame open forever). The deadline starts at
+/// construction ([`FrameReader::started`]) or with the first byte read ([`FrameReader::lazy`]).
+/// It is checked around every `read`, and each `read` is bounded by the socket's own timeout, so
+/// a frame fails at most one socket timeout after its deadline.
+pub struct FrameReader<'a> {
+    stream: &'a std::net::TcpStream,
+    budget: std::time::Duration,
+    until: Option<std::time::Instant>,
+}
+
+impl<'a> FrameReader<'a> {
+    /// A frame that must arrive within `budget` from now.
+    pub fn started(stream: &'a std::net::TcpStream, budget: std::time::Duration) -> Self {
+        FrameReader {
+            stream,
+            budget,
+            until: Some(std::time::Instant::now() + budget),
+        }
+    }
+
+    /// A frame that must arrive within `budget` of its first byte (waiting for that first byte
+    /// is not limited here).
+    pub fn lazy(stream: &'a std::net::TcpStream, budget: std::time::Duration) -> Self {
+        FrameReader {
+            stream,
+            budget,
+            until: None,
+        }
+    }
+
+    fn late(&self) -> io::Result<()> {
+        match self.until {
+            Some(u) if std::time::Instant::now() >= u => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("frame not complete within {:?}", self.budget),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Read for FrameReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.late()?;
+        let n = (&mut &*self.stream).read(buf)?;
+        if n > 0 && self.until.is_none() {
+            self.until = Some(std::time::Instant::now() + self.budget);
+        } else if n > 0 && n < buf.len() {
+            // A short read with the deadline passed: the peer is trickling.
+            self.late()?;
+        }
+        Ok(n)
+    }
+}
+
 /// A receive buffer.
 pub struct RecvBuf {
     buf: Box<[u8]>,

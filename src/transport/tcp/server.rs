@@ -3,11 +3,16 @@
 //! Every request's range is checked against the remote-accessible registered regions before a
 //! byte is touched, and the session stays pinned inside that region until the copy is done, so
 //! `unregister` can fence it (see `memory::pins`). A connection that sends nothing for
-//! `idle_timeout`, or stalls mid-request for `io_timeout`, is closed. Small replies are gathered
-//! and sent with one syscall once no complete request is left buffered.
+//! `idle_timeout` is closed, and so is one whose request does not arrive in time: a header must
+//! be complete within `io_timeout` of its first byte, a payload of `size` bytes within
+//! `io_timeout + size / MIN_PAYLOAD_RATE` of its header (per frame, not per `read`, so trickling
+//! a byte at a time does not keep a session alive; the check runs around each read, so the end
+//! comes at most one socket timeout after the deadline). Small replies are gathered and sent
+//! with one syscall once no complete request is left buffered. Same-host approvals stay leased
+//! until the initiator's "copy done" frame (see `memory::pins`).
 
 use super::client::DIRECT_PAYLOAD;
-use super::net::{RecvBuf, send_all};
+use super::net::{FrameReader, RecvBuf, send_all};
 use super::wire::{
     HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_NOT_SAME_HOST, STATUS_OK, status_frame,
 };
@@ -171,7 +176,8 @@ impl TcpServer {
                                     tw_log!(Level::Debug, "tcp session {peer:?} ended: {e}");
                                 }
                             });
-                            slot.leave();
+                            // From here on `unregister` leaves this socket alone.
+                            slot.detach();
                             // End the connection itself so the peer sees it close now, and
                             // release the clone kept for shutdown.
                             let _ = stream.shutdown(Shutdown::Both);
@@ -276,6 +282,17 @@ struct Session<'a> {
     epoch: Instant,
 }
 
+/// Slowest average rate at which a request's payload must arrive: a frame of `size` bytes gets
+/// `io_timeout + size / MIN_PAYLOAD_RATE` from the end of its header.
+pub const MIN_PAYLOAD_RATE: u64 = 256 << 10;
+
+/// The deadline budget of a payload of `size` bytes (see [`MIN_PAYLOAD_RATE`]).
+fn payload_budget(io_timeout: Duration, size: u64) -> Duration {
+    io_timeout.saturating_add(Duration::from_millis(
+        size.saturating_mul(1000) / MIN_PAYLOAD_RATE,
+    ))
+}
+
 /// True for the error a read timeout gives.
 fn timed_out(e: &io::Error) -> bool {
     matches!(
@@ -297,7 +314,6 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
     let step = limits.io_timeout.min(limits.idle_timeout);
     let mut idle = Duration::ZERO;
     let fd = stream.as_raw_fd();
-    let mut reader = stream;
     let mut rb = RecvBuf::new(RECV_BUF);
     let mut out: Vec<u8> = Vec::with_capacity(64 << 10);
     let flush = |out: &mut Vec<u8>| -> io::Result<()> {
@@ -316,10 +332,16 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
         }
         // After a large WRITE the next request is likely one too: read just its header so
         // that its payload goes straight into registered memory (one copy, not two).
-        let got = if last_large_write {
-            rb.fill_exact(&mut reader, HEADER_LEN)
+        // A header must be complete within `io_timeout` of its first byte.
+        let mut head = if rb.available() > 0 {
+            FrameReader::started(stream, limits.io_timeout)
         } else {
-            rb.fill(&mut reader, HEADER_LEN)
+            FrameReader::lazy(stream, limits.io_timeout)
+        };
+        let got = if last_large_write {
+            rb.fill_exact(&mut head, HEADER_LEN)
+        } else {
+            rb.fill(&mut head, HEADER_LEN)
         };
         let filled = match got {
             Err(e) if timed_out(&e) && rb.available() == 0 => {
@@ -339,6 +361,18 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
             return Ok(());
         }
         let h = Header::decode(rb.take(HEADER_LEN).try_into().expect("24 bytes"));
+        if h.done {
+            // The initiator finished its same-host copies of the `size` oldest approvals.
+            if !slot.release(h.size) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "copy-done frame for more approvals than were given",
+                ));
+            }
+            continue;
+        }
+        // The payload (if any) must follow at a minimum average rate.
+        let mut reader = FrameReader::started(stream, payload_budget(limits.io_timeout, h.size));
         let checked = registry.check_pinned(h.addr, h.size, slot);
         if h.vm {
             // Same-host path: validate only; the initiator copies. Needs acknowledged framing.
@@ -350,8 +384,11 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
             }
             // GPU memory never takes the kernel copy (process_vm_* cannot reach it): the
             // initiator re-sends such a request over the socket.
+            // An approval is a lease on the region until the initiator's "copy done" frame
+            // (or its expiry): `unregister` waits for it (see `memory::pins`).
             let code = match checked {
-                Ok(None) => STATUS_OK,
+                Ok(None) if slot.lease() => STATUS_OK,
+                Ok(None) => STATUS_NOT_SAME_HOST,
                 Ok(Some(_)) => STATUS_NOT_SAME_HOST,
                 Err(_) => STATUS_ADDR_REJECTED,
             };
@@ -420,7 +457,7 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
 /// peer gets a rejection frame; a rejected v2 READ keeps the connection).
 fn serve_gpu(
     fd: i32,
-    reader: &mut &TcpStream,
+    reader: &mut FrameReader<'_>,
     rb: &mut RecvBuf,
     out: &mut Vec<u8>,
     h: Header,

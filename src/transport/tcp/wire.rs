@@ -10,6 +10,11 @@ pub const V2_FLAG: u8 = 0x80;
 /// tidewire extension (only sent to peers that publish `tw_version`): validate the range and
 /// answer with a status frame only; the initiator moves the bytes itself (same-host path).
 pub const VM_FLAG: u8 = 0x40;
+/// tidewire extension (only sent to peers publishing `tw_version` >= 2), together with
+/// [`VM_FLAG`] and [`V2_FLAG`]: "copy done". The initiator has finished (or given up) the
+/// `process_vm_*` copies of the `size` oldest approvals it got on this connection; `addr` is 0
+/// and no reply follows. Until then the server keeps those ranges fenced against `unregister`.
+pub const VM_DONE_FLAG: u8 = 0x20;
 /// Magic in the high 32 bits of a status frame.
 pub const STATUS_MAGIC: u32 = 0x4D43_5456;
 /// Status code: OK.
@@ -36,6 +41,8 @@ pub struct Header {
     pub v2: bool,
     /// Validate-only (same-host path).
     pub vm: bool,
+    /// "Copy done" frame (with `vm`): `size` approvals are over.
+    pub done: bool,
 }
 
 impl Header {
@@ -46,7 +53,8 @@ impl Header {
         b[8..16].copy_from_slice(&self.addr.to_le_bytes());
         b[16] = if self.write { OP_WRITE } else { 0 }
             | if self.v2 { V2_FLAG } else { 0 }
-            | if self.vm { VM_FLAG } else { 0 };
+            | if self.vm { VM_FLAG } else { 0 }
+            | if self.done { VM_DONE_FLAG } else { 0 };
         b
     }
 
@@ -56,9 +64,22 @@ impl Header {
         Header {
             size: u64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
             addr: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
-            write: (op & !(V2_FLAG | VM_FLAG)) == OP_WRITE,
+            write: (op & !(V2_FLAG | VM_FLAG | VM_DONE_FLAG)) == OP_WRITE,
             v2: op & V2_FLAG != 0,
             vm: op & VM_FLAG != 0,
+            done: op & VM_FLAG != 0 && op & VM_DONE_FLAG != 0,
+        }
+    }
+
+    /// The "copy done" frame for the `count` oldest approvals on a connection.
+    pub fn vm_done(count: u64) -> Header {
+        Header {
+            size: count,
+            addr: 0,
+            write: false,
+            v2: true,
+            vm: true,
+            done: true,
         }
     }
 }
@@ -92,6 +113,7 @@ mod tests {
             write: true,
             v2: true,
             vm: false,
+            done: false,
         };
         let b = h.encode();
         assert_eq!(b[16], 0x81);
@@ -102,5 +124,8 @@ mod tests {
         junk[16] = 0x05; // unknown opcode → READ
         let d = Header::decode(&junk);
         assert!(!d.write && !d.v2);
+        let done = Header::vm_done(3);
+        assert_eq!(done.encode()[16], 0xE0);
+        assert_eq!(Header::decode(&done.encode()), done);
     }
 }

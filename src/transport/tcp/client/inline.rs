@@ -8,7 +8,11 @@ use super::*;
 pub(super) const INLINE_WAIT: Duration = Duration::from_millis(2);
 
 /// Slices awaiting a reply on one lane: (lane, its receiver thread's queue, slices in order).
-pub(super) type LaneReplies<'a> = (usize, &'a Sender<Expect>, std::vec::IntoIter<(Slice, bool)>);
+pub(super) type LaneReplies<'a> = (
+    usize,
+    &'a Sender<Expect>,
+    std::vec::IntoIter<(Slice, VmSent)>,
+);
 
 /// Reads the replies of every lane in `lanes` on the calling thread. The caller holds each
 /// lane's sending half, so nothing else is posted to those lanes meanwhile; whatever has not
@@ -16,7 +20,7 @@ pub(super) type LaneReplies<'a> = (usize, &'a Sender<Expect>, std::vec::IntoIter
 /// still in order.
 pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) {
     let mut rx: Vec<_> = lanes.iter().map(|(lane, _, _)| sh.lane_rx(*lane)).collect();
-    let mut heads: Vec<Option<(Slice, bool)>> = lanes.iter_mut().map(|l| l.2.next()).collect();
+    let mut heads: Vec<Option<(Slice, VmSent)>> = lanes.iter_mut().map(|l| l.2.next()).collect();
     let mut deadline = Instant::now() + INLINE_WAIT;
     let mut fds: Vec<libc::pollfd> = Vec::with_capacity(lanes.len());
     loop {

@@ -19,8 +19,14 @@
 //!
 //! Same-host path: a connection uses `process_vm_*` only after the kernel confirmed that the
 //! peer's pid holds the server end of that very connection (`peer_identity`); a range the peer
-//! reports as GPU memory is re-sent over the socket.
+//! reports as GPU memory is re-sent over the socket. An approval is used only within
+//! `VM_APPROVAL_WINDOW` of sending its request (checked between chunks of a long copy; later,
+//! the slice is re-validated), and every approval is reported over once its copy is over with a
+//! "copy done" frame on the same connection (batched: carried in front of the lane's next send,
+//! or written by a per-peer flusher thread a few milliseconds later; see `done.rs`), so the
+//! server's `unregister` waits for exactly the copies in flight.
 
+mod done;
 mod inline;
 mod pool;
 mod reply;
@@ -99,11 +105,15 @@ enum Msg {
     Stop,
 }
 
+/// When a validate-only (same-host) request was sent; `None` for a plain request.
+type VmSent = Option<Instant>;
+
 enum Expect {
     /// Replies now come on this stream (with its generation).
     Conn(Arc<TcpStream>, u64),
-    /// A reply is due for this slice; `true` when it was sent validate-only (same-host path).
-    Reply(Slice, bool),
+    /// A reply is due for this slice; `Some(when it was sent)` when it was sent validate-only
+    /// (same-host path).
+    Reply(Slice, VmSent),
     /// The peer is shutting down.
     Stop,
 }
@@ -130,6 +140,8 @@ struct Shared {
     born: Instant,
     /// Milliseconds after `born` of the latest submit (for evicting unused peers).
     last_submit_ms: AtomicU64,
+    /// "Copy done" frames owed to the server (same-host path), and their flusher.
+    done: done::DoneState,
 }
 
 impl Shared {
@@ -219,6 +231,8 @@ pub struct Peer {
     rx: Receiver<Msg>,
     senders: Vec<JoinHandle<()>>,
     receivers: Vec<JoinHandle<()>>,
+    /// Writes owed "copy done" frames (same-host peers only).
+    flusher: Option<JoinHandle<()>>,
 }
 
 /// A lane's sender stops taking work while this many bytes await replies on it.
@@ -351,13 +365,25 @@ impl Peer {
             credit: (0..lanes).map(|_| Credit::default()).collect(),
             born: Instant::now(),
             last_submit_ms: AtomicU64::new(0),
+            done: done::DoneState::new(lanes),
         });
         let mut peer = Peer {
             shared: shared.clone(),
             rx: rx.clone(),
             senders: Vec::with_capacity(lanes),
             receivers: Vec::with_capacity(lanes),
+            flusher: None,
         };
+        if shared.vm_on.load(Ordering::Relaxed) {
+            let sh = shared.clone();
+            peer.flusher = Some(
+                std::thread::Builder::new()
+                    .name(format!("tw-tcp-done-{}", shared.addr.port))
+                    .spawn(move || {
+                        crate::guard::guarded("tcp copy-done flusher", || done::flusher_loop(&sh))
+                    })?,
+            );
+        }
         for (lane, erx) in expect_rx.into_iter().enumerate() {
             let (sh, q) = (shared.clone(), rx.clone());
             peer.senders.push(
@@ -434,6 +460,13 @@ impl Peer {
                 if !lanes.is_empty() {
                     inline::receive(sh, &mut lanes);
                 }
+                let owed =
+                    sh.addr.vm_pid != 0 && idle.iter().any(|(lane, _)| sh.owed_count(*lane) > 0);
+                drop(idle);
+                if owed {
+                    // Owed "copy done" frames ride on the next request, or go out shortly.
+                    sh.arm_done_flush();
+                }
                 return;
             }
         }
@@ -474,6 +507,11 @@ impl Peer {
 
 impl Drop for Peer {
     fn drop(&mut self) {
+        // Same-host copies already done are reported before the connections close, so the
+        // server's `unregister` need not wait for their leases to expire.
+        for lane in 0..self.shared.lanes_tx.len() {
+            self.shared.flush_done_if_free(lane);
+        }
         // Release pairs with the Acquire loads in the lane threads.
         self.shared.shutdown.store(true, Ordering::Release);
         for _ in 0..self.shared.cfg.lanes.max(1) {
@@ -502,6 +540,10 @@ impl Drop for Peer {
             let _ = self.shared.post(lane, &tx.expect, Expect::Stop);
         }
         for t in self.receivers.drain(..) {
+            let _ = t.join();
+        }
+        self.shared.done.stop();
+        if let Some(t) = self.flusher.take() {
             let _ = t.join();
         }
         // No thread is left to re-queue: whatever is still queued fails now.

@@ -12,6 +12,8 @@ enum ReplyError {
     Local(crate::error::Error),
     /// The kernel refused the same-host copy: fall back to TCP.
     VmRefused(std::io::Error),
+    /// The approval came (or a long copy ran) past its window: re-validate.
+    VmExpired,
     Protocol(String),
     Io(std::io::Error),
 }
@@ -79,6 +81,14 @@ pub(super) fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>)
             }
             Expect::Reply(s, vm) => {
                 handle_reply(sh, lane, &mut rx, s, vm);
+                // "Copy done" frames ride on the lane's next send while work keeps coming;
+                // every 32 approvals they go out at once, otherwise shortly (the flusher).
+                if vm.is_some() {
+                    if sh.owed_count(lane) >= 32 {
+                        sh.flush_done_if_free(lane);
+                    }
+                    sh.arm_done_flush();
+                }
                 false
             }
             Expect::Stop => true,
@@ -94,7 +104,7 @@ pub(super) fn receiver_loop(sh: &Shared, lane: usize, expect: &Receiver<Expect>)
 }
 
 /// Reads the reply for `slice` on the lane's current stream and finishes it.
-pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Slice, vm: bool) {
+pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Slice, vm: VmSent) {
     let _credit = CreditBack(&sh.credit[lane], slice.len);
     let LaneRx {
         stream,
@@ -132,8 +142,14 @@ pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Sli
         let _ = st.set_read_timeout(Some(want.max(Duration::from_millis(1))));
         *read_timeout = want;
     }
-    let vm_pid = if vm { sh.addr.vm_pid } else { 0 };
-    match read_reply(sh.addr.v2, vm_pid, st, rb, &slice) {
+    let vm = vm.map(|sent| (sh.addr.vm_pid, sent));
+    let mut approved = false;
+    let result = read_reply(sh.addr.v2, vm, st, rb, &slice, &mut approved);
+    if approved {
+        // The copy is over (done, refused or given up): the server may let `unregister` go.
+        sh.owe_done(lane, *generation);
+    }
+    match result {
         Ok(()) => {
             let n = slice.len;
             slice.done.finish(Ok(n));
@@ -145,6 +161,15 @@ pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Sli
                 sh.addr.vm_pid
             );
             sh.vm_on.store(false, Ordering::Relaxed);
+            sh.resend(slice);
+        }
+        Err(ReplyError::VmExpired) => {
+            tw_log!(
+                Level::Debug,
+                "same-host approval for {:#x}+{} expired; re-validating",
+                slice.remote,
+                slice.len
+            );
             sh.resend(slice);
         }
         Err(ReplyError::NotSameHost) => {
@@ -216,13 +241,17 @@ pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Sli
     }
 }
 
+/// Reads one reply. `vm`: (peer pid, when the request was sent) for a validate-only request;
+/// `approved` is set once the server approved it (a "copy done" is then owed, whatever follows).
 fn read_reply(
     v2: bool,
-    vm_pid: u32,
+    vm: Option<(u32, Instant)>,
     stream: &TcpStream,
     rb: &mut RecvBuf,
     s: &Slice,
+    approved: &mut bool,
 ) -> Result<(), ReplyError> {
+    let vm_pid = vm.map_or(0, |(pid, _)| pid);
     let mut r = stream;
     if v2 {
         // Before a large READ payload read only the status frame, so that the payload goes
@@ -251,11 +280,15 @@ fn read_reply(
             }
         }
     }
-    if vm_pid != 0 {
-        // The owner validated the range; move the bytes with one kernel copy.
+    if let Some((pid, sent)) = vm {
+        *approved = true;
+        // The owner validated the range; move the bytes with kernel copies, only while the
+        // approval is fresh (the owner's `unregister` waits for it at most `VM_LEASE`).
         let read = s.op == Opcode::Read;
-        return match samehost::vm_copy(vm_pid, read, s.local, s.remote, s.len as usize) {
-            Ok(()) => Ok(()),
+        let until = sent + crate::memory::pins::VM_APPROVAL_WINDOW;
+        return match samehost::vm_copy_until(pid, read, s.local, s.remote, s.len as usize, until) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ReplyError::VmExpired),
             Err(e)
                 if matches!(
                     e.raw_os_error(),

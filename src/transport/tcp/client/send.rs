@@ -117,6 +117,40 @@ impl LaneTx {
         let mine = self.send_collect(sh, lane, batch, inline_rx);
         if !mine.is_empty() {
             inline::receive(sh, &mut [(lane, &self.expect, mine.into_iter())]);
+            if sh.addr.vm_pid != 0 && sh.owed_count(lane) > 0 {
+                sh.arm_done_flush();
+            }
+        }
+    }
+
+    /// Writes one "copy done" frame for the same-host approvals owed on this lane's current
+    /// connection (see `done`). `blocking = false` never waits for socket space: the count stays
+    /// owed for the next send or flush. Returns whether a frame was written.
+    pub(super) fn flush_done(&mut self, sh: &Shared, lane: usize, blocking: bool) -> bool {
+        let n = sh.take_owed(lane, self.generation);
+        let Some(conn) = self.conn.as_ref().filter(|_| n > 0) else {
+            return false;
+        };
+        let frame = Header::vm_done(n).encode();
+        let flags = libc::MSG_NOSIGNAL | if blocking { 0 } else { libc::MSG_DONTWAIT };
+        // SAFETY: `conn` is an open socket and `frame` a live 24-byte buffer.
+        let r = unsafe { libc::send(conn.as_raw_fd(), frame.as_ptr().cast(), frame.len(), flags) };
+        match r {
+            r if r as usize == frame.len() => true,
+            r if r > 0 => {
+                // A partial frame must be completed before anything else goes on the stream.
+                let rest = &frame[r as usize..];
+                send_all(conn.as_raw_fd(), &mut [IoSlice::new(rest)]).is_ok()
+            }
+            _ if !blocking
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock =>
+            {
+                // Nothing was written: still owed (the next send or flush carries it).
+                sh.reowe(lane, self.generation, n);
+                false
+            }
+            // The connection is broken: its session ends and the leases expire by themselves.
+            _ => false,
         }
     }
 
@@ -128,7 +162,7 @@ impl LaneTx {
         lane: usize,
         batch: &mut Vec<Slice>,
         inline_rx: bool,
-    ) -> Vec<(Slice, bool)> {
+    ) -> Vec<(Slice, VmSent)> {
         // Acquire pairs with the Release in `Peer::drop`.
         if sh.shutdown.load(Ordering::Acquire) {
             batch
@@ -178,7 +212,8 @@ impl LaneTx {
         } else {
             ReplyTo::Receiver(&self.expect)
         };
-        let sent = send_batch(sh, lane, &stream, batch, &mut self.headers, to);
+        let done = sh.take_owed(lane, self.generation);
+        let sent = send_batch(sh, lane, &stream, batch, &mut self.headers, to, done);
         if let Err(e) = sent {
             tw_log!(
                 Level::Warn,
@@ -197,7 +232,7 @@ impl LaneTx {
 /// Where the replies of a send are read: by the lane's receiver thread, or by the caller.
 pub(super) enum ReplyTo<'a> {
     Receiver(&'a Sender<Expect>),
-    Caller(&'a mut Vec<(Slice, bool)>),
+    Caller(&'a mut Vec<(Slice, VmSent)>),
 }
 
 pub(super) fn open_lane(
@@ -249,7 +284,8 @@ pub(super) fn open_lane(
 }
 
 /// Writes the headers (and WRITE payloads) of `batch` in one vectored send. Slices that expect a
-/// reply are handed to the receiver first; v1 WRITEs complete once their bytes are sent.
+/// reply are handed to the receiver first; v1 WRITEs complete once their bytes are sent. With
+/// `done > 0`, a "copy done" frame for that many same-host approvals goes first.
 pub(super) fn send_batch(
     sh: &Shared,
     lane: usize,
@@ -257,8 +293,12 @@ pub(super) fn send_batch(
     batch: &mut Vec<Slice>,
     headers: &mut Vec<[u8; HEADER_LEN]>,
     mut to: ReplyTo<'_>,
+    done: u64,
 ) -> std::io::Result<()> {
     let v2 = sh.addr.v2;
+    // Taken before anything is sent: an approval is never used longer than its window after
+    // this (see `memory::pins::VM_APPROVAL_WINDOW`).
+    let sent_at = Instant::now();
     // Relaxed: a stale value only means one more batch on the path that was just turned off,
     // which fails over by itself.
     let vm_on = sh.vm_on.load(Ordering::Relaxed);
@@ -274,10 +314,15 @@ pub(super) fn send_batch(
             write: s.op == Opcode::Write,
             v2,
             vm: vm(s),
+            done: false,
         }
         .encode()
     }));
-    let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 2);
+    let done_frame = Header::vm_done(done).encode();
+    let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(batch.len() * 2 + 1);
+    if done > 0 {
+        iov.push(IoSlice::new(&done_frame));
+    }
     // WRITE payloads in GPU memory: (position in `iov`, device, address, length).
     let mut staged: Vec<(usize, u32, u64, usize)> = Vec::new();
     for (s, h) in batch.iter().zip(headers.iter()) {
@@ -295,7 +340,7 @@ pub(super) fn send_batch(
         if !v2 && s.op == Opcode::Write {
             v1_writes.push(s);
         } else {
-            let via_vm = vm(&s);
+            let via_vm = vm(&s).then_some(sent_at);
             sh.credit[lane].take(s.len);
             match &mut to {
                 ReplyTo::Caller(mine) => mine.push((s, via_vm)),
