@@ -14,7 +14,7 @@ impl Inner {
         if !self.cfg.same_host || desc.tw_version == 0 || desc.tw_pid != std::process::id() {
             return None;
         }
-        samehost::find_in_process(desc.tw_token)
+        samehost::find_in_process(desc.tw_token, &self.cfg.auth_key)
     }
 
     /// Pid of a verified tidewire peer on this host, or 0 (plain TCP), with one log line why.
