@@ -22,7 +22,7 @@ pub(super) fn connect(sh: &Shared) -> Result<TcpStream, String> {
                 let purpose = crate::auth::Purpose::Data;
                 // An authentication failure is final for this address: no other one is tried.
                 crate::auth::client(&mut &s, &sh.cfg.auth_key, purpose, by)
-                    .map_err(|e| format!("{a}: {e}"))?;
+                    .map_err(|e| e.to_string())?;
                 let _ = s.set_read_timeout(Some(io));
                 return Ok(s);
             }
