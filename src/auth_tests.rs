@@ -170,3 +170,16 @@ fn hello_magic_is_never_a_plausible_mooncake_length() {
         [0xff; NONCE_LEN]
     );
 }
+
+#[test]
+fn fuzz_seeds_are_refused_without_panics() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds/auth_frames");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let data = std::fs::read(entry.unwrap().path()).unwrap();
+        crate::fuzzing::auth_frames(&data);
+        n += 1;
+    }
+    assert!(n >= 4, "{n} seeds");
+    crate::fuzzing::auth_frames(&[]);
+}
