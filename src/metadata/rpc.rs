@@ -118,10 +118,10 @@ pub fn call(peer: Peer<'_>, ty: MsgType, body: &[u8]) -> Result<Vec<u8>> {
     let _ = s.set_write_timeout(Some(timeout));
     let _ = s.set_nodelay(true);
     crate::auth::client(&mut &s, key, Purpose::Rpc, Instant::now() + timeout).map_err(|e| {
-        Error::new(
-            ErrorKind::Socket,
-            format!("{}: {e}", super::join_host_port(host, port)),
-        )
+        let msg = format!("{}: {e}", super::join_host_port(host, port));
+        // Logged here too: some callers (Mooncake's Python API) only return -1.
+        tw_log!(crate::log::Level::Warn, "rpc: {msg}");
+        Error::new(ErrorKind::Socket, msg)
     })?;
     let _ = s.set_read_timeout(Some(timeout));
     write_frame(&mut s, ty as u8, body)
