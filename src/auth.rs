@@ -30,7 +30,8 @@
 //!
 //! What it protects: a peer without the key can neither open a segment (handshake), nor read or
 //! write registered memory (data connections, and the same-host shortcuts, which are negotiated
-//! over those connections), nor deliver notifications or RDMA handshakes. What it does not: the
+//! over those connections), nor deliver notifications or RDMA handshakes, nor talk to a keyed
+//! `tidewire-master` (Store clients prove the key there too). What it does not: the
 //! payload is not encrypted or integrity-protected against an on-path attacker, and descriptors
 //! on a metadata server stay readable by anyone who can reach that server.
 
@@ -69,6 +70,8 @@ pub enum Purpose {
     Data = 1,
     /// A handshake/RPC connection.
     Rpc = 2,
+    /// A Store client's connection to `tidewire-master`.
+    Store = 3,
 }
 
 /// The pre-shared key. Empty means authentication is off. Its `Debug` never shows the key.
