@@ -15,8 +15,8 @@
 //!
 //! - The client checks the server's proof before it sends anything else, so a server with
 //!   another key is refused by the client (and the server sees the client leave); the server
-//!   checks the client's proof before it reads a request. Both nonces come from the kernel's
-//!   random source, so no transcript can be replayed; the purpose byte (data or RPC) keeps a
+//!   checks the client's proof before it reads a request. Both nonces come from `getrandom(2)`,
+//!   so no transcript can be replayed; the purpose byte (data, RPC or Store master) keeps a
 //!   proof made for one kind of connection from serving the other. MACs are compared in
 //!   constant time.
 //! - The first 8 bytes of HELLO can never start a valid Mooncake request: read as the `u64`
@@ -205,11 +205,36 @@ fn read_by(s: &mut impl AuthStream, buf: &mut [u8], deadline: Instant) -> io::Re
     Ok(())
 }
 
-/// A fresh nonce from the kernel's random source.
+/// A fresh nonce from the kernel's random source (`getrandom(2)`, which needs no file and
+/// blocks only until the kernel's pool is first seeded at boot).
 fn nonce() -> io::Result<[u8; NONCE_LEN]> {
     let mut n = [0u8; NONCE_LEN];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut n)?;
+    let mut got = 0;
+    while got < NONCE_LEN {
+        // SAFETY: the pointer and length describe the unfilled tail of `n`, a live local array.
+        let r = unsafe { libc::getrandom(n[got..].as_mut_ptr().cast(), NONCE_LEN - got, 0) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        got += r as usize;
+    }
     Ok(n)
+}
+
+/// What a socket error during the client's side means: a server that closed or reset the
+/// connection after our hello has no key (or is not tidewire).
+fn client_io(e: io::Error) -> AuthError {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => AuthError::Refused,
+        _ => AuthError::Io(e),
+    }
 }
 
 /// Encodes a hello.
@@ -282,24 +307,10 @@ pub fn client(
     }
     let cn = nonce().map_err(AuthError::Io)?;
     s.write_all(&encode_hello(purpose, &cn))
-        .map_err(AuthError::Io)?;
+        .map_err(client_io)?;
     let mut proof = [0u8; SERVER_PROOF_LEN];
-    match read_by(s, &mut proof, deadline) {
-        Ok(()) => {}
-        // A server without a key closes (or resets) after reading our hello as a request.
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::UnexpectedEof
-                    | io::ErrorKind::ConnectionReset
-                    | io::ErrorKind::ConnectionAborted
-                    | io::ErrorKind::BrokenPipe
-            ) =>
-        {
-            return Err(AuthError::Refused);
-        }
-        Err(e) => return Err(AuthError::Io(e)),
-    }
+    // A server without a key closes (or resets) after reading our hello as a request.
+    read_by(s, &mut proof, deadline).map_err(client_io)?;
     let (sn, tag) = decode_server_proof(&proof)?;
     if !ct_eq(&tag, &key.tag(b"server", purpose, &cn, &sn)) {
         return Err(AuthError::WrongKey);
@@ -307,7 +318,7 @@ pub fn client(
     let mut out = [0u8; CLIENT_PROOF_LEN];
     out[..8].copy_from_slice(&CLIENT_MAGIC);
     out[8..].copy_from_slice(&key.tag(b"client", purpose, &cn, &sn));
-    s.write_all(&out).map_err(AuthError::Io)
+    s.write_all(&out).map_err(client_io)
 }
 
 /// Server side, on a freshly accepted stream, all of it before `deadline`. Does nothing when

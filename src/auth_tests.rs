@@ -183,3 +183,10 @@ fn fuzz_seeds_are_refused_without_panics() {
     assert!(n >= 4, "{n} seeds");
     crate::fuzzing::auth_frames(&[]);
 }
+
+#[test]
+fn nonces_are_fresh() {
+    let (a, b) = (nonce().unwrap(), nonce().unwrap());
+    assert_ne!(a, b);
+    assert_ne!(a, [0u8; NONCE_LEN]);
+}
