@@ -217,11 +217,54 @@ static void test_install_model(const char *peer_name) {
     }
 }
 
+/* TW_AUTH_KEY, read when an engine is created: engines with the key move bytes; one without
+ * it, or with another key, cannot open the keyed segment, and nothing is written. */
+static void test_auth_key_env(void) {
+    setenv("TW_AUTH_KEY", "c-test-key", 1);
+    transfer_engine_t keyed = new_engine(1);
+    transfer_engine_t same = new_engine(1);
+    setenv("TW_AUTH_KEY", "another key", 1);
+    transfer_engine_t other = new_engine(1);
+    unsetenv("TW_AUTH_KEY");
+    transfer_engine_t keyless = new_engine(1);
+    CHECK(keyed && same && other && keyless);
+    if (!keyed || !same || !other || !keyless) goto out;
+    unsigned char *target = calloc(1, 4096);
+    unsigned char *src = calloc(1, 4096);
+    fill(src, 4096, 5);
+    CHECK_EQ(registerLocalMemory(keyed, target, 4096, "cpu:0", 1), 0);
+    CHECK_EQ(registerLocalMemory(same, src, 4096, "cpu:0", 1), 0);
+    char name[128];
+    CHECK_EQ(getLocalIpAndPort(keyed, name, sizeof name), 0);
+    double t0 = now_s();
+    CHECK(openSegment(keyless, name) < 0);
+    CHECK(openSegment(other, name) < 0);
+    CHECK(now_s() - t0 < 5.0);
+    segment_id_t seg = openSegment(same, name);
+    CHECK(seg >= 0);
+    batch_id_t b = allocateBatchID(same, 1);
+    transfer_request_t w = req(OPCODE_WRITE, src, seg, target, 4096);
+    CHECK_EQ(submitTransfer(same, b, &w, 1), 0);
+    CHECK_EQ(wait_task(same, b, 0).status, STATUS_COMPLETED);
+    CHECK(memcmp(target, src, 4096) == 0);
+    CHECK_EQ(freeBatchID(same, b), 0);
+    CHECK_EQ(unregisterLocalMemory(same, src), 0);
+    CHECK_EQ(unregisterLocalMemory(keyed, target), 0);
+    free(target);
+    free(src);
+out:
+    destroyTransferEngine(keyless);
+    destroyTransferEngine(other);
+    destroyTransferEngine(same);
+    destroyTransferEngine(keyed);
+}
+
 int main(void) {
     /* Two engines in one process would use tidewire's in-process shortcut; this test is about
      * the Mooncake wire path (and needs transfers that stay in flight), so switch it off. */
     setenv("TW_SAME_HOST", "0", 1);
     test_layout();
+    test_auth_key_env();
     test_create_errors();
     test_null_engine();
 

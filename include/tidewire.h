@@ -486,11 +486,16 @@ tw_result tw_config_new(struct tw_config **cfg_out);
  `io_timeout_ms`, `transfer_timeout_ms`, `max_data_connections`, `data_idle_timeout_ms`,
  `rpc_max_concurrent`, `notify_max_count`, `notify_max_bytes`, `handshake_max_len`, `rdma`,
  `rdma_devices`, `rdma_slice_size`, `rdma_qp_per_ep`, `rdma_max_wr`, `rdma_retries`,
- `rdma_max_passive_endpoints` (README, "Configuration"). Unknown keys and
- bad values give `TW_ERR_INVALID_ARGUMENT` (or `TW_ERR_UNSUPPORTED` for an unsupported metadata
+ `rdma_max_passive_endpoints`, `auth_key` (README, "Configuration"). `auth_key` is a
+ pre-shared key (default empty = off; also `TW_AUTH_KEY`): when set, tidewire peers must
+ prove the same key (HMAC challenge-response, the key never crosses the wire) on every
+ handshake and data connection, and peers without it, Mooncake included, are refused. The
+ value is copied and never logged. Unknown keys and bad values give `TW_ERR_INVALID_ARGUMENT` (or `TW_ERR_UNSUPPORTED` for an unsupported metadata
  scheme). Not thread-safe for one `cfg`.
  */
-tw_result tw_config_set(struct tw_config *cfg, const char *key, const char *value);
+tw_result tw_config_set(struct tw_config *cfg,
+                        const char *key,
+                        const char *value);
 
 /*
  Frees a configuration. NULL is ignored.

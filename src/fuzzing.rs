@@ -109,3 +109,53 @@ pub fn rpc_request(data: &[u8]) {
     // Notifications pile up otherwise.
     let _ = e.take_notifications();
 }
+
+/// Bytes a peer sends on a fresh connection, in memory: what it writes back is kept and
+/// ignored, and a read past the input ends the stream.
+struct Scripted<'a> {
+    input: &'a [u8],
+    output: Vec<u8>,
+}
+
+impl Read for Scripted<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.input.read(buf)
+    }
+}
+
+impl Write for Scripted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.output.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl crate::auth::AuthStream for Scripted<'_> {
+    fn set_read_deadline_in(&mut self, _: Duration) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The authentication exchange (`auth_key` set) fed arbitrary peer bytes, on both sides: as a
+/// server reading a hello and a client proof, and as a client reading a server proof. Neither
+/// may accept them (the nonces are fresh, so no input can carry a valid proof).
+pub fn auth_frames(data: &[u8]) {
+    use crate::auth::{AuthKey, Purpose, client, server};
+    let key = AuthKey::new("fuzz");
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    for purpose in [Purpose::Data, Purpose::Rpc] {
+        let mut s = Scripted {
+            input: data,
+            output: Vec::new(),
+        };
+        assert!(server(&mut s, &key, purpose, deadline).is_err());
+        let mut c = Scripted {
+            input: data,
+            output: Vec::new(),
+        };
+        assert!(client(&mut c, &key, purpose, deadline).is_err());
+    }
+}

@@ -9,6 +9,7 @@
 
 #[macro_use]
 pub mod log;
+pub mod auth;
 pub mod completion;
 pub mod engine;
 pub mod error;

@@ -70,14 +70,14 @@ fn row13_rdma_handshake_flood_is_capped() {
             "payload": "",
             "reply_msg": "",
         });
-        let _ = rpc::call(
-            t.rpc_host(),
-            t.rpc_port(),
-            MsgType::Connection,
-            body.to_string().as_bytes(),
-            Duration::from_secs(5),
-            1 << 20,
-        );
+        let to = rpc::Peer {
+            host: t.rpc_host(),
+            port: t.rpc_port(),
+            timeout: Duration::from_secs(5),
+            max_len: 1 << 20,
+            key: &Default::default(),
+        };
+        let _ = rpc::call(to, MsgType::Connection, body.to_string().as_bytes());
     }
     let held = live_qps() - before;
     assert!(

@@ -30,7 +30,8 @@ fn shared_memory_child() {
     if std::env::var_os("TW_SHM_CHILD").is_none() {
         return;
     }
-    let e = on();
+    let key = std::env::var("TW_SHM_CHILD_KEY").unwrap_or_default();
+    let e = engine_with(&[("same_host", "1"), ("auth_key", &key)]);
     let shared = e.alloc_shared(LEN as u64).unwrap();
     let pat = Buf::pattern(LEN, 7);
     // SAFETY: `shared` is our fresh buffer of LEN bytes.
@@ -72,9 +73,14 @@ struct Peer {
 
 impl Peer {
     fn start() -> Peer {
+        Self::start_keyed("")
+    }
+
+    fn start_keyed(key: &str) -> Peer {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "shared_memory_child", "--nocapture", "--ignored"])
             .env("TW_SHM_CHILD", "1")
+            .env("TW_SHM_CHILD_KEY", key)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -265,4 +271,30 @@ fn free_while_a_same_host_peer_writes_is_safe() {
     assert_eq!(answer[1], "InvalidArgument", "double free is refused");
     assert!(ok >= 50, "writes through the mapping ran ({ok})");
     assert!(failed >= 20, "writes after free fail ({failed})");
+}
+
+#[test]
+fn with_an_auth_key_only_keyed_peers_map_shared_buffers() {
+    let p = Peer::start_keyed("shm-secret");
+    let keyed = engine_with(&[("same_host", "1"), ("auth_key", "shm-secret")]);
+    let local = Buf::new(LEN, 0);
+    keyed
+        .register_memory(local.addr(), local.len(), "cpu:0", true)
+        .unwrap();
+    let seg = keyed.open_segment(&p.name).unwrap();
+    assert_eq!(keyed.segment_path(seg).unwrap(), "shared-memory");
+    let req = Request {
+        op: Opcode::Read,
+        local: local.addr(),
+        segment: seg,
+        remote: p.shared,
+        len: LEN as u64,
+    };
+    run(&keyed, &[req]).unwrap();
+    assert_eq!(local.0, Buf::pattern(LEN, 7).0);
+    // Without the key the segment cannot even be opened, let alone mapped.
+    let keyless = on();
+    assert!(keyless.open_segment(&p.name).is_err());
+    let wrong = engine_with(&[("same_host", "1"), ("auth_key", "other")]);
+    assert!(wrong.open_segment(&p.name).is_err());
 }

@@ -107,6 +107,7 @@ CONFIG_KEYS = (
     "rdma_max_wr",
     "rdma_retries",
     "rdma_max_passive_endpoints",
+    "auth_key",
 )
 
 

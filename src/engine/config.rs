@@ -64,6 +64,9 @@ pub struct Config {
     pub rdma_max_wr: u32,
     /// Retries of a failed RDMA slice on another path.
     pub rdma_retries: u8,
+    /// Pre-shared key that peers must prove on every handshake and data connection (`auth_key`,
+    /// `TW_AUTH_KEY`); empty (the default) = off, as Mooncake.
+    pub auth_key: crate::auth::AuthKey,
 }
 
 /// Whether an engine uses RDMA.
@@ -105,6 +108,7 @@ impl Default for Config {
             rdma_qp_per_ep: 2,
             rdma_max_wr: 256,
             rdma_retries: 8,
+            auth_key: crate::auth::AuthKey::default(),
         };
         c.apply_env();
         c
@@ -197,6 +201,11 @@ pub const KEYS: &[(&str, &str)] = &[
     (
         "rdma_retries",
         "retries of a failed RDMA slice on another path, 0..=64 (default 8)",
+    ),
+    (
+        "auth_key",
+        "pre-shared key tidewire peers must prove on every connection; empty (default) = off \
+         (TW_AUTH_KEY)",
     ),
 ];
 
@@ -300,6 +309,7 @@ impl Config {
             "rdma_qp_per_ep" => self.rdma_qp_per_ep = ranged(key, value, 1, 16)? as usize,
             "rdma_max_wr" => self.rdma_max_wr = ranged(key, value, 1, 8192)? as u32,
             "rdma_retries" => self.rdma_retries = ranged(key, value, 0, 64)? as u8,
+            "auth_key" => self.auth_key = crate::auth::AuthKey::new(value),
             _ => {
                 let known: Vec<&str> = KEYS.iter().map(|k| k.0).collect();
                 return Err(Error::new(
@@ -335,6 +345,10 @@ impl Config {
                     crate::tw_log!(crate::log::Level::Warn, "ignoring {var}={v:?}: {e}");
                 }
             }
+        }
+        // Never logged: the value is a secret.
+        if let Ok(v) = std::env::var("TW_AUTH_KEY") {
+            self.auth_key = crate::auth::AuthKey::new(&v);
         }
         if std::env::var("MC_FORCE_TCP").is_ok_and(|v| {
             !matches!(

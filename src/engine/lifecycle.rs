@@ -85,6 +85,7 @@ impl Engine {
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
             transfer_timeout: cfg.transfer_timeout,
+            auth_key: cfg.auth_key.clone(),
             ..ClientConfig::default()
         });
         let token = Box::new(samehost::new_token());
@@ -120,7 +121,11 @@ impl Engine {
             rdma: std::sync::OnceLock::new(),
             rdma_note: Mutex::new(String::new()),
         });
-        samehost::announce(*inner.token, Arc::downgrade(&inner.registry));
+        samehost::announce(
+            *inner.token,
+            Arc::downgrade(&inner.registry),
+            inner.cfg.auth_key.clone(),
+        );
         let weak = Arc::downgrade(&inner);
         let handler = Arc::new(move |ty: MsgType, body: &[u8]| handle_rpc(&weak, ty, body));
         let io = inner.cfg.connect_timeout;
@@ -129,15 +134,20 @@ impl Engine {
             max_len: inner.cfg.handshake_max_len,
             max_concurrent: inner.cfg.rpc_max_concurrent,
         };
-        let rpc = RpcServer::start(rpc_listener, handler, limits)
+        let rpc = RpcServer::start(rpc_listener, handler, limits, inner.cfg.auth_key.clone())
             .map_err(|e| Error::new(ErrorKind::Internal, format!("starting rpc thread: {e}")))?;
         let data_limits = crate::transport::tcp::server::DataLimits {
             io_timeout: inner.cfg.io_timeout,
             idle_timeout: inner.cfg.data_idle_timeout,
             max_connections: inner.cfg.max_data_connections,
         };
-        let tcp = TcpServer::start(data_listener, registry, data_limits)
-            .map_err(|e| Error::new(ErrorKind::Internal, format!("starting tcp server: {e}")))?;
+        let tcp = TcpServer::start(
+            data_listener,
+            registry,
+            data_limits,
+            inner.cfg.auth_key.clone(),
+        )
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("starting tcp server: {e}")))?;
         *inner.servers.lock().unwrap_or_else(|e| e.into_inner()) = Some((rpc, tcp));
         let engine = Engine { inner };
         engine.start_rdma()?;

@@ -51,6 +51,7 @@ impl Engine {
             connect_timeout: cfg.connect_timeout,
             handshake_max_len: cfg.handshake_max_len,
             max_passive: cfg.rdma_max_passive_endpoints,
+            auth_key: cfg.auth_key.clone(),
         };
         let r = Rdma::open(opts, &inner.name).map_err(|why| {
             *inner.note() = why.clone();

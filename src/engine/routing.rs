@@ -55,12 +55,9 @@ impl Inner {
         let desc = match &self.store {
             None => {
                 let body = rpc::call(
-                    &host,
-                    port,
+                    self.rpc_peer(&host, port),
                     MsgType::Metadata,
                     self.local_desc().encode().as_bytes(),
-                    self.cfg.connect_timeout,
-                    self.cfg.handshake_max_len,
                 )
                 .map_err(|e| {
                     Error::new(

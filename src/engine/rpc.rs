@@ -22,14 +22,7 @@ impl Engine {
     /// Probes a peer's RPC port (`host:port` or a metadata-mode segment name).
     pub fn probe(&self, name: &str) -> Result<()> {
         let (host, port) = self.inner.rpc_address(name)?;
-        let reply = rpc::call(
-            &host,
-            port,
-            MsgType::Probe,
-            b"{}",
-            self.inner.cfg.connect_timeout,
-            self.inner.cfg.handshake_max_len,
-        )?;
+        let reply = rpc::call(self.inner.rpc_peer(&host, port), MsgType::Probe, b"{}")?;
         let v: serde_json::Value = serde_json::from_slice(&reply)
             .map_err(|e| Error::new(ErrorKind::Protocol, format!("probe reply: {e}")))?;
         if v.get("status").and_then(|s| s.as_str()) == Some("success") {
@@ -41,6 +34,17 @@ impl Engine {
 }
 
 impl Inner {
+    /// How this engine calls the RPC port `host:port`: its deadlines, frame cap and key.
+    pub(super) fn rpc_peer<'a>(&'a self, host: &'a str, port: u16) -> rpc::Peer<'a> {
+        rpc::Peer {
+            host,
+            port,
+            timeout: self.cfg.connect_timeout,
+            max_len: self.cfg.handshake_max_len,
+            key: &self.cfg.auth_key,
+        }
+    }
+
     pub(super) fn send_notify(&self, id: SegmentId, name: &str, msg: &str) -> Result<()> {
         if id == LOCAL_SEGMENT {
             let queued = self.notifies.push(Notification {
@@ -56,12 +60,9 @@ impl Inner {
         let seg = self.segment(id)?;
         let body = serde_json::json!({"name": name, "notify_msg": msg}).to_string();
         let reply = rpc::call(
-            &seg.rpc.0,
-            seg.rpc.1,
+            self.rpc_peer(&seg.rpc.0, seg.rpc.1),
             MsgType::Notify,
             body.as_bytes(),
-            self.cfg.connect_timeout,
-            self.cfg.handshake_max_len,
         )?;
         let v: serde_json::Value = serde_json::from_slice(&reply)
             .map_err(|e| Error::new(ErrorKind::Protocol, format!("notify reply: {e}")))?;

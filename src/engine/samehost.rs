@@ -14,7 +14,7 @@ impl Inner {
         if !self.cfg.same_host || desc.tw_version == 0 || desc.tw_pid != std::process::id() {
             return None;
         }
-        samehost::find_in_process(desc.tw_token)
+        samehost::find_in_process(desc.tw_token, &self.cfg.auth_key)
     }
 
     /// Pid of a verified tidewire peer on this host, or 0 (plain TCP), with one log line why.
@@ -56,9 +56,14 @@ impl Inner {
     /// kernel's socket table), with one log line when not.
     pub(super) fn serves_data_port(&self, pid: u32, host: &str, port: u16) -> bool {
         let conn = crate::metadata::rpc::connect(host, port, self.cfg.connect_timeout);
-        let ok = conn
-            .as_ref()
-            .is_ok_and(|c| crate::transport::tcp::peer_identity::peer_socket_owned_by(c, pid));
+        let ok = conn.as_ref().is_ok_and(|c| {
+            // With a key, prove it first (a keyed server would otherwise log the probe as an
+            // intruder); then the server has accepted, and its socket names the owner.
+            let by = std::time::Instant::now() + self.cfg.connect_timeout;
+            let purpose = crate::auth::Purpose::Data;
+            crate::auth::client(&mut &*c, &self.cfg.auth_key, purpose, by).is_ok()
+                && crate::transport::tcp::peer_identity::peer_socket_owned_by(c, pid)
+        });
         if !ok {
             tw_log!(
                 Level::Info,

@@ -1,10 +1,11 @@
 //! The handshake/RPC socket framing shared with Mooncake: `u64 length` (host order, counts the
 //! type byte), `u8 type`, then `length - 1` bytes of JSON. One request and one reply per connection.
 
+use crate::auth::{AuthKey, Purpose};
 use crate::error::{Error, ErrorKind, Result};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Message types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,19 +88,42 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream> {
     ))
 }
 
+/// Where and how to reach a peer's RPC port: its address, the deadline of the whole exchange,
+/// the largest reply accepted and the key to prove (off = Mooncake's plain exchange).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer<'a> {
+    /// Host name or address.
+    pub host: &'a str,
+    /// RPC port.
+    pub port: u16,
+    /// Connect deadline, and deadline of each read and write.
+    pub timeout: Duration,
+    /// Largest reply frame accepted.
+    pub max_len: u64,
+    /// Pre-shared key to prove before the request.
+    pub key: &'a AuthKey,
+}
+
 /// One request/reply exchange with a peer's RPC port. The reply must carry the same type.
-pub fn call(
-    host: &str,
-    port: u16,
-    ty: MsgType,
-    body: &[u8],
-    timeout: Duration,
-    max_len: u64,
-) -> Result<Vec<u8>> {
+pub fn call(peer: Peer<'_>, ty: MsgType, body: &[u8]) -> Result<Vec<u8>> {
+    let Peer {
+        host,
+        port,
+        timeout,
+        max_len,
+        key,
+    } = peer;
     let mut s = connect(host, port, timeout)?;
     let _ = s.set_read_timeout(Some(timeout));
     let _ = s.set_write_timeout(Some(timeout));
     let _ = s.set_nodelay(true);
+    crate::auth::client(&mut &s, key, Purpose::Rpc, Instant::now() + timeout).map_err(|e| {
+        let msg = format!("{}: {e}", super::join_host_port(host, port));
+        // Logged here too: some callers (Mooncake's Python API) only return -1.
+        tw_log!(crate::log::Level::Warn, "rpc: {msg}");
+        Error::new(ErrorKind::Socket, msg)
+    })?;
+    let _ = s.set_read_timeout(Some(timeout));
     write_frame(&mut s, ty as u8, body)
         .map_err(|e| Error::new(ErrorKind::Socket, format!("sending request: {e}")))?;
     let (rty, reply) = read_frame(&mut s, max_len)?;

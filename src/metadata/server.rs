@@ -3,9 +3,11 @@
 //! `io_timeout` of its connection (a client trickling bytes cannot hold a thread longer);
 //! connections beyond `max_concurrent` are closed at once with a warning. Shutdown wakes `accept`
 //! by shutting the listening socket down and ends every open request connection, so it returns
-//! promptly whatever clients do.
+//! promptly whatever clients do. With an `auth_key`, the peer must prove the key (`crate::auth`)
+//! before its request is read, within the same deadline.
 
 use super::rpc::{self, MsgType};
+use crate::auth::{AuthKey, Purpose};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
 use crate::transport::slots::Slots;
@@ -49,11 +51,12 @@ pub struct RpcLimits {
 }
 
 impl RpcServer {
-    /// Starts serving on `listener`.
+    /// Starts serving on `listener`; with `key` on, only to peers that prove it.
     pub fn start(
         listener: TcpListener,
         handler: Arc<Handler>,
         limits: RpcLimits,
+        key: AuthKey,
     ) -> std::io::Result<RpcServer> {
         let port = listener.local_addr()?.port();
         let stop = Arc::new(AtomicBool::new(false));
@@ -96,7 +99,7 @@ impl RpcServer {
                     let Ok(keep) = s.try_clone() else { continue };
                     let id = next_id;
                     next_id += 1;
-                    let (handler, active3) = (handler.clone(), active2.clone());
+                    let (handler, active3, key) = (handler.clone(), active2.clone(), key.clone());
                     let mut a = active2.lock().unwrap_or_else(|e| e.into_inner());
                     a.threads.retain(|t| !t.is_finished());
                     a.conns.insert(id, keep);
@@ -104,7 +107,7 @@ impl RpcServer {
                         .name(format!("tw-rpc-{}", id % 1000))
                         .spawn(move || {
                             crate::guard::guarded("rpc request", || {
-                                serve_one(s, &*handler, limits)
+                                serve_one(s, &*handler, limits, &key)
                             });
                             active3
                                 .lock()
@@ -198,9 +201,13 @@ fn read_frame_by(s: &mut TcpStream, max_len: u64, deadline: Instant) -> Result<(
     Ok((ty, body))
 }
 
-fn serve_one(mut s: TcpStream, handler: &Handler, limits: RpcLimits) {
+fn serve_one(mut s: TcpStream, handler: &Handler, limits: RpcLimits, key: &AuthKey) {
     let deadline = Instant::now() + limits.io_timeout;
     let _ = s.set_write_timeout(Some(limits.io_timeout));
+    if let Err(e) = crate::auth::server(&mut &s, key, Purpose::Rpc, deadline) {
+        crate::auth::log_refusal("rpc", s.peer_addr().ok(), &e);
+        return;
+    }
     let (ty, body) = match read_frame_by(&mut s, limits.max_len, deadline) {
         Ok(f) => f,
         Err(e) => {

@@ -168,12 +168,14 @@ impl StoreClient {
     /// Starts the engine, maps and registers the segment and local buffer, mounts the segment on
     /// the master and starts the heartbeat.
     pub fn setup(cfg: &StoreConfig) -> Result<StoreClient, StoreError> {
+        let engine_cfg = engine_config(cfg)?;
         let conn = MasterConn::new(
             &cfg.master_server_address,
             Duration::from_secs(3),
             Duration::from_secs(10),
+            engine_cfg.auth_key.clone(),
         )?;
-        let engine = Engine::new(engine_config(cfg)?)
+        let engine = Engine::new(engine_cfg)
             .map_err(|e| StoreError::new(code::INTERNAL_ERROR, format!("engine: {e}")))?;
         let map = |n: u64, what: &str| -> Result<Option<Mapped>, StoreError> {
             if n == 0 {

@@ -32,6 +32,7 @@ pub struct MasterConn {
     target: Target,
     connect_timeout: Duration,
     rpc_timeout: Duration,
+    auth_key: crate::auth::AuthKey,
     pool: Mutex<Vec<(TcpStream, Instant)>>,
 }
 
@@ -45,11 +46,13 @@ fn io_code(e: &std::io::Error) -> i32 {
 impl MasterConn {
     /// A connection pool for `host:port`, or for the elected master when the address is
     /// `etcd://h1:p;h2:p` (the leader is read from etcd now, and again whenever the master in use
-    /// stops answering or says it is a standby). Nothing is connected yet.
+    /// stops answering or says it is a standby). Nothing is connected yet. With `auth_key` on,
+    /// every new connection proves it to the master first.
     pub fn new(
         address: &str,
         connect_timeout: Duration,
         rpc_timeout: Duration,
+        auth_key: crate::auth::AuthKey,
     ) -> Result<MasterConn, StoreError> {
         let bad = |e: crate::Error| {
             StoreError::new(
@@ -74,6 +77,7 @@ impl MasterConn {
             target,
             connect_timeout,
             rpc_timeout,
+            auth_key,
             pool: Mutex::default(),
         };
         if matches!(conn.target, Target::Elected { .. }) {
@@ -129,8 +133,15 @@ impl MasterConn {
             )
         })?;
         let _ = s.set_nodelay(true);
-        let _ = s.set_read_timeout(Some(self.rpc_timeout));
         let _ = s.set_write_timeout(Some(self.rpc_timeout));
+        let by = Instant::now() + self.connect_timeout;
+        crate::auth::client(&mut &s, &self.auth_key, crate::auth::Purpose::Store, by).map_err(
+            |e| {
+                tw_log!(crate::log::Level::Warn, "store: master {host}:{port}: {e}");
+                StoreError::new(code::RPC_FAIL, format!("master {host}:{port}: {e}"))
+            },
+        )?;
+        let _ = s.set_read_timeout(Some(self.rpc_timeout));
         Ok(s)
     }
 

@@ -3,7 +3,8 @@
 //!
 //! - **In-process**: the peer engine lives in this process. Transfers check the range against the
 //!   *owner's* registry (remote-accessible regions only, exactly as its TCP server would) and
-//!   `memcpy`, with no socket at all.
+//!   `memcpy`, with no socket at all. Only between engines with the same `auth_key` (both off,
+//!   or equal), so the shortcut never lets a keyless engine past a keyed one's authentication.
 //! - **Cross-process** (same boot id, other pid): the owner still validates every range (a
 //!   header with [`VM_FLAG`](super::tcp::wire::VM_FLAG) over the usual lane, answered by a status
 //!   frame and no payload), then the initiator moves the bytes with one
@@ -20,6 +21,7 @@
 //! `process_vm_writev` whenever it likes; where such processes exist, turn `same_host` off or
 //! run engines as different users.
 
+use crate::auth::AuthKey;
 use crate::memory::Registry;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, Weak};
@@ -49,17 +51,20 @@ pub fn new_token() -> u64 {
     u64::from_le_bytes(b) | 1
 }
 
-fn engines() -> &'static Mutex<HashMap<u64, Weak<Registry>>> {
-    static MAP: OnceLock<Mutex<HashMap<u64, Weak<Registry>>>> = OnceLock::new();
+type Announced = HashMap<u64, (Weak<Registry>, AuthKey)>;
+
+fn engines() -> &'static Mutex<Announced> {
+    static MAP: OnceLock<Mutex<Announced>> = OnceLock::new();
     MAP.get_or_init(Mutex::default)
 }
 
-/// Makes an engine's registry findable by its token within this process.
-pub fn announce(token: u64, registry: Weak<Registry>) {
+/// Makes an engine's registry findable by its token within this process, by engines holding
+/// the same `key`.
+pub fn announce(token: u64, registry: Weak<Registry>, key: AuthKey) {
     engines()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(token, registry);
+        .insert(token, (registry, key));
 }
 
 /// Forgets an engine (on shutdown).
@@ -70,14 +75,15 @@ pub fn withdraw(token: u64) {
         .remove(&token);
 }
 
-/// The registry of an engine of this process with `token`, if it is still alive.
-pub fn find_in_process(token: u64) -> Option<Weak<Registry>> {
+/// The registry of an engine of this process with `token`, if it is still alive and holds the
+/// same `key` as the caller.
+pub fn find_in_process(token: u64, key: &AuthKey) -> Option<Weak<Registry>> {
     engines()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get(&token)
-        .filter(|w| w.strong_count() > 0)
-        .cloned()
+        .filter(|(w, k)| w.strong_count() > 0 && k == key)
+        .map(|(w, _)| w.clone())
 }
 
 /// Copies `len` bytes between our `local` and `remote` in process `pid`. `read` = remote → local.

@@ -60,6 +60,9 @@ tidewire-master: the tidewire Store master (accepts mooncake_master's flags, -f=
   --ha_lease_ttl=S                   leader lease, seconds (5)
   --enable_oplog=B                   HA: keep objects in etcd across failover (false: lost)
   --help                             this text
+
+environment:
+  TW_AUTH_KEY                        pre-shared key every Store client must prove (off if empty)
 ";
 
 fn boolean(name: &str, v: &str) -> Result<bool, String> {

@@ -22,6 +22,8 @@ pub struct ServerOptions {
     pub idle_timeout: Duration,
     /// Deadline for the rest of a frame and for writing a reply.
     pub io_timeout: Duration,
+    /// Pre-shared key clients must prove when they connect (`TW_AUTH_KEY`); off = none.
+    pub auth_key: crate::auth::AuthKey,
 }
 
 impl Default for ServerOptions {
@@ -30,6 +32,7 @@ impl Default for ServerOptions {
             max_connections: 512,
             idle_timeout: Duration::from_secs(300),
             io_timeout: Duration::from_secs(10),
+            auth_key: crate::auth::AuthKey::default(),
         }
     }
 }
@@ -131,6 +134,12 @@ fn send(s: &mut TcpStream, r: &Reply) -> std::io::Result<()> {
 
 fn serve(mut s: TcpStream, master: &Master, opts: &ServerOptions) {
     let _ = s.set_write_timeout(Some(opts.io_timeout));
+    let deadline = std::time::Instant::now() + opts.io_timeout;
+    let purpose = crate::auth::Purpose::Store;
+    if let Err(e) = crate::auth::server(&mut &s, &opts.auth_key, purpose, deadline) {
+        crate::auth::log_refusal("master", s.peer_addr().ok(), &e);
+        return;
+    }
     loop {
         // Idle wait: until a byte arrives, the peer closes, or the idle deadline passes.
         let _ = s.set_read_timeout(Some(opts.idle_timeout));

@@ -48,6 +48,8 @@ pub struct Options {
     pub handshake_max_len: u64,
     /// Most passive endpoints (one per sender and local device); the oldest is evicted.
     pub max_passive: usize,
+    /// Key proved on handshake connections (off = none).
+    pub auth_key: crate::auth::AuthKey,
 }
 
 impl Default for Options {
@@ -60,6 +62,7 @@ impl Default for Options {
             connect_timeout: Duration::from_secs(5),
             handshake_max_len: crate::metadata::rpc::DEFAULT_MAX_FRAME,
             max_passive: 256,
+            auth_key: crate::auth::AuthKey::default(),
         }
     }
 }
@@ -297,13 +300,17 @@ impl Rdma {
             "payload": "",
             "reply_msg": "",
         });
+        let to = crate::metadata::rpc::Peer {
+            host: &peer.rpc.0,
+            port: peer.rpc.1,
+            timeout: self.opts.connect_timeout,
+            max_len: self.opts.handshake_max_len,
+            key: &self.opts.auth_key,
+        };
         let reply = crate::metadata::rpc::call(
-            &peer.rpc.0,
-            peer.rpc.1,
+            to,
             crate::metadata::rpc::MsgType::Connection,
             req.to_string().as_bytes(),
-            self.opts.connect_timeout,
-            self.opts.handshake_max_len,
         )
         .map_err(|e| format!("handshake with {}: {}", key.1, e.message()))?;
         let v: serde_json::Value = serde_json::from_slice(&reply)

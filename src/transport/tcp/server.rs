@@ -10,12 +10,15 @@
 //! comes at most one socket timeout after the deadline). Small replies are gathered and sent
 //! with one syscall once no complete request is left buffered. Same-host approvals stay leased
 //! until the initiator's "copy done" frame (see `memory::pins`).
+//! With an `auth_key`, a connection is served only after the peer proved the key
+//! (`crate::auth`); others are refused with a warning before any request is read.
 
 use super::client::DIRECT_PAYLOAD;
 use super::net::{FrameReader, RecvBuf, send_all};
 use super::wire::{
     HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_NOT_SAME_HOST, STATUS_OK, status_frame,
 };
+use crate::auth::{AuthKey, Purpose};
 use crate::log::Level;
 use crate::memory::pins::PinSlot;
 use crate::memory::{Registry, raw};
@@ -96,11 +99,12 @@ pub struct TcpServer {
 }
 
 impl TcpServer {
-    /// Serves `listener` against `registry`.
+    /// Serves `listener` against `registry`; with `key` on, only to peers that prove it.
     pub fn start(
         listener: TcpListener,
         registry: Arc<Registry>,
         limits: DataLimits,
+        key: AuthKey,
     ) -> io::Result<TcpServer> {
         let slots = Slots::new(limits.max_connections.max(1));
         let port = listener.local_addr()?.port();
@@ -153,6 +157,7 @@ impl TcpServer {
                     let active = Arc::new(AtomicU64::new(since(epoch)));
                     let keep = (stream.as_raw_fd(), active.clone());
                     let reg = registry.clone();
+                    let key = key.clone();
                     let n = counter.fetch_add(1, Ordering::Relaxed);
                     let id = n as u64;
                     let sessions3 = sessions2.clone();
@@ -166,6 +171,9 @@ impl TcpServer {
                             let peer = stream.peer_addr().ok();
                             let slot = reg.pin_slot(stream.as_raw_fd());
                             crate::guard::guarded("tcp session", || {
+                                if !authenticate(&stream, &key, limits) {
+                                    return;
+                                }
                                 let session = Session {
                                     slot: &slot,
                                     limits,
@@ -236,6 +244,24 @@ impl Drop for TcpServer {
             let _ = h.join();
         }
     }
+}
+
+/// Longest time a new connection has to prove the key.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// With `key` on, runs the server side of the key exchange on a new connection (logging a
+/// refusal with the peer's address) and restores the session's read timeout. True = serve it.
+fn authenticate(stream: &TcpStream, key: &AuthKey, limits: DataLimits) -> bool {
+    if !key.is_on() {
+        return true;
+    }
+    let step = limits.io_timeout.min(limits.idle_timeout);
+    let deadline = Instant::now() + step.min(AUTH_TIMEOUT);
+    if let Err(e) = crate::auth::server(&mut &*stream, key, Purpose::Data, deadline) {
+        crate::auth::log_refusal("tcp", stream.peer_addr().ok(), &e);
+        return false;
+    }
+    stream.set_read_timeout(Some(step)).is_ok()
 }
 
 /// Milliseconds since `epoch`.

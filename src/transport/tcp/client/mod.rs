@@ -71,6 +71,8 @@ pub struct ClientConfig {
     pub gather: usize,
     /// Most slices a lane has in flight (awaiting replies).
     pub max_inflight: usize,
+    /// Key proved on every new connection (off = Mooncake's plain connection).
+    pub auth_key: crate::auth::AuthKey,
 }
 
 impl Default for ClientConfig {
@@ -83,6 +85,7 @@ impl Default for ClientConfig {
             cooldown: Duration::from_millis(1000),
             gather: 256,
             max_inflight: 4096,
+            auth_key: crate::auth::AuthKey::default(),
         }
     }
 }

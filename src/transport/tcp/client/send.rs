@@ -18,6 +18,12 @@ pub(super) fn connect(sh: &Shared) -> Result<TcpStream, String> {
                 if let Err(e) = crate::transport::tcp::sockopt::harden(&s, idle, io) {
                     tw_log!(Level::Debug, "tcp: keepalive/user timeout not set: {e}");
                 }
+                let by = Instant::now() + sh.cfg.connect_timeout.min(sh.cfg.transfer_timeout);
+                let purpose = crate::auth::Purpose::Data;
+                // An authentication failure is final for this address: no other one is tried.
+                crate::auth::client(&mut &s, &sh.cfg.auth_key, purpose, by)
+                    .map_err(|e| e.to_string())?;
+                let _ = s.set_read_timeout(Some(io));
                 return Ok(s);
             }
             Err(e) => last = format!("{a}: {e}"),
