@@ -173,7 +173,9 @@ def test_gil_released_during_transfer_sync(target, mbuf, monkeypatch):
 
 @pytest.mark.parametrize("target", ["compat"], indirect=True)
 def test_gil_released_during_batch_wait_and_timeout_does_not_cancel(target, mbuf):
-    eng = tw.Engine(io_timeout_ms=10000)
+    # Over the socket: a stopped target must hold the write up. (Through the target's shared
+    # buffer, which a same-host engine maps, the write would land without it.)
+    eng = tw.Engine(io_timeout_ms=10000, same_host=0)
     try:
         buf = bytearray(pattern(1 << 20, seed=21))
         with eng.register(buf):
