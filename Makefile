@@ -181,7 +181,7 @@ tsan:
 	RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1" \
 	  $(CARGO) +nightly test -Zbuild-std --release --target $(SAN_TARGET) --target-dir target/tsan --lib -- \
 	  --test-threads 1 batch chan ids completion
-	RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1" \
+	RUSTFLAGS="-Zsanitizer=thread" TSAN_OPTIONS="halt_on_error=1 suppressions=$$PWD/scripts/tsan.supp" \
 	  $(CARGO) +nightly test -Zbuild-std --release --target $(SAN_TARGET) --target-dir target/tsan \
 	  --test tcp_loopback --test hostile -- --test-threads 1
 
