@@ -5,6 +5,7 @@
 //! Mooncake frames. Refusals must be quick, logged by the target, and leave its memory untouched.
 
 mod common;
+use common::http_meta::MetadataServer;
 use common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -311,48 +312,10 @@ fn raw_mooncake_frames_are_refused_and_write_nothing() {
     assert!(got.0 == Buf::pattern(CHILD_LEN, CHILD_SEED).0[..4096]);
 }
 
-/// The HTTP metadata test server (tests/interop), so that segments are opened without any
-/// handshake and only the data connections are in play.
-struct MetadataServer {
-    child: Child,
-    port: u16,
-}
-
-impl MetadataServer {
-    fn start() -> MetadataServer {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/interop/http_metadata_server.py"
-        );
-        let mut child = Command::new("python3")
-            .args([script, "--port", "0", "--exit-on-stdin-eof"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 runs the metadata server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(&line).expect("server prints its port");
-        MetadataServer {
-            port: v["port"].as_u64().unwrap() as u16,
-            child,
-        }
-    }
-}
-
-impl Drop for MetadataServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn data_connections_need_the_key_even_when_the_descriptor_is_public() {
     let meta = MetadataServer::start();
-    let url = format!("http://127.0.0.1:{}/metadata", meta.port);
+    let url = meta.url();
     let t = Target::spawn(false, Some(&url));
     let node = |name: &str, key: &str| {
         engine_with(&[
@@ -395,7 +358,7 @@ fn data_connections_need_the_key_even_when_the_descriptor_is_public() {
 #[test]
 fn in_process_shortcut_only_joins_engines_with_the_same_key() {
     let meta = MetadataServer::start();
-    let url = format!("http://127.0.0.1:{}/metadata", meta.port);
+    let url = meta.url();
     let node = |name: &str, key: &str| {
         engine_with(&[
             ("metadata", &url),

@@ -3,66 +3,11 @@
 //! name, transfers and notifications, keys removed on shutdown.
 
 mod common;
+use common::http_meta::MetadataServer as Server;
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::io::{Read, Write};
 use std::time::Duration;
 use tidewire::{ErrorKind, Opcode, Request};
-
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start() -> Server {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/interop/http_metadata_server.py"
-        );
-        let mut child = Command::new("python3")
-            .args([script, "--port", "0", "--exit-on-stdin-eof"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 runs the metadata server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(&line).expect("server prints its port");
-        Server {
-            port: v["port"].as_u64().unwrap() as u16,
-            child,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/metadata", self.port)
-    }
-
-    fn keys(&self) -> Vec<String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        write!(
-            s,
-            "GET /keys HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
-        let body = resp.split("\r\n\r\n").nth(1).unwrap();
-        serde_json::from_str(body).unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn node(server: &Server, name: &str) -> tidewire::Engine {
     engine_with(&[

@@ -3,6 +3,7 @@
 
 pub mod etcd;
 pub mod fake_verbs;
+pub mod http_meta;
 pub mod master;
 pub mod netns;
 pub mod proxy;
