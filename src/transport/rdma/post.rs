@@ -354,14 +354,7 @@ impl Rdma {
     fn expire(&self, di: usize) {
         let now = Instant::now();
         // One lock at a time (no order to keep with other users of these maps).
-        let mut eps: Vec<Arc<Endpoint>> = self
-            .active
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .filter(|e| e.dev_index == di)
-            .cloned()
-            .collect();
+        let mut eps = self.active_on(di);
         eps.extend(
             self.retired
                 .lock()
@@ -387,17 +380,21 @@ impl Rdma {
         }
     }
 
-    /// Periodic pass of the completion thread: posts work left pending (device queue was full)
-    /// and destroys retired endpoints once idle.
-    fn sweep(&self, di: usize) {
-        let eps: Vec<Arc<Endpoint>> = self
-            .active
+    /// The active endpoints on device `di` (a snapshot; the map's lock is released).
+    fn active_on(&self, di: usize) -> Vec<Arc<Endpoint>> {
+        self.active
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
             .filter(|e| e.dev_index == di)
             .cloned()
-            .collect();
+            .collect()
+    }
+
+    /// Periodic pass of the completion thread: posts work left pending (device queue was full)
+    /// and destroys retired endpoints once idle.
+    fn sweep(&self, di: usize) {
+        let eps = self.active_on(di);
         for ep in eps {
             for qi in 0..ep.qps.len() {
                 let mut st = ep.state[qi].lock().unwrap_or_else(|e| e.into_inner());
