@@ -85,10 +85,17 @@ fn check_memfd(fd: &OwnedFd, name: &str, len: u64, sealed: bool) -> io::Result<(
     Ok(())
 }
 
-/// Maps a peer's file with its page tables filled now: one pass at segment open instead of a
-/// page fault per 4 KiB on the first transfers.
+/// Buffers up to this size are mapped with their page tables filled at segment open. Filling
+/// allocates every page of the owner's file (shared memory has no zero page), so a larger and
+/// possibly sparse buffer is left to fault page by page instead.
+const POPULATE_MAX: usize = 256 << 20;
+
+/// Maps a peer's file; small enough ones with their page tables filled now (one pass at segment
+/// open instead of a page fault per 4 KiB on the first transfers).
 fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
-    crate::memory::shared::map_shared(fd.as_raw_fd(), len, true).map(|addr| Mapping { addr, len })
+    let populate = len <= POPULATE_MAX;
+    crate::memory::shared::map_shared(fd.as_raw_fd(), len, populate)
+        .map(|addr| Mapping { addr, len })
 }
 
 impl SharedRoute {
