@@ -12,13 +12,6 @@ use tidewire::{Engine, ErrorKind, Opcode, Request};
 const REJECT: [u8; 8] = [0x01, 0, 0, 0, 0x56, 0x54, 0x43, 0x4d];
 const OK: [u8; 8] = [0, 0, 0, 0, 0x56, 0x54, 0x43, 0x4d];
 
-fn header(size: u64, addr: u64, op: u8) -> [u8; 24] {
-    let mut h = [0u8; 24];
-    h[..8].copy_from_slice(&size.to_le_bytes());
-    h[8..16].copy_from_slice(&addr.to_le_bytes());
-    h[16] = op;
-    h
-}
 const READ_V2: u8 = 0x80;
 const WRITE_V2: u8 = 0x81;
 const READ_V1: u8 = 0;

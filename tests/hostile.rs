@@ -6,24 +6,12 @@ mod common;
 use common::*;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tidewire::engine::TaskState;
 use tidewire::{Engine, Opcode, Request};
 
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn header(size: u64, addr: u64, op: u8) -> [u8; 24] {
-    let mut h = [0u8; 24];
-    h[..8].copy_from_slice(&size.to_le_bytes());
-    h[8..16].copy_from_slice(&addr.to_le_bytes());
-    h[16] = op;
-    h
-}
 const WRITE_V2: u8 = 0x81;
 
 fn threads_now() -> usize {

@@ -14,9 +14,9 @@ mod common;
 use common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use tidewire::engine::TaskState;
 use tidewire::{Engine, Opcode, Request};
@@ -24,19 +24,6 @@ use tidewire::{Engine, Opcode, Request};
 const LEN: usize = 256 << 10;
 const ROLE_VAR: &str = "TW_FENCE_WRITER";
 
-/// Timing-sensitive tests run one at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn header(size: u64, addr: u64, op: u8) -> [u8; 24] {
-    let mut h = [0u8; 24];
-    h[..8].copy_from_slice(&size.to_le_bytes());
-    h[8..16].copy_from_slice(&addr.to_le_bytes());
-    h[16] = op;
-    h
-}
 /// v2 | validate-only | WRITE.
 const VM_WRITE: u8 = 0xC1;
 /// v2 | validate-only | copy done.
@@ -220,6 +207,30 @@ fn child_writer_main() {
     let _ = std::io::stdout().flush();
 }
 
+/// Starts the writer child with `role` (`"<segment> <addr>[ once]"`); its READY and DONE lines
+/// arrive on the returned channel.
+fn spawn_writer(role: &str) -> (Child, Option<ChildStdin>, mpsc::Receiver<String>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_writer_main", "--nocapture", "--ignored"])
+        .env(ROLE_VAR, role)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if line.starts_with("READY ") || line.starts_with("DONE ") {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    (child, stdin, rx)
+}
+
 #[test]
 fn same_host_process_vm_writer_stops_at_unregister() {
     let _s = serial();
@@ -228,24 +239,7 @@ fn same_host_process_vm_writer_stops_at_unregister() {
     target
         .register_memory(buf.addr(), buf.len(), "cpu:0", true)
         .unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_writer_main", "--nocapture", "--ignored"])
-        .env(ROLE_VAR, format!("{} {}", target.name(), buf.addr()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdin = child.stdin.take();
-    let (tx, rx) = mpsc::channel::<String>();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if line.starts_with("READY ") || line.starts_with("DONE ") {
-                let _ = tx.send(line);
-            }
-        }
-    });
+    let (mut child, stdin, rx) = spawn_writer(&format!("{} {}", target.name(), buf.addr()));
     let ready = rx.recv_timeout(Duration::from_secs(30)).expect("READY");
     assert_eq!(ready, "READY same-host");
     std::thread::sleep(Duration::from_millis(100));
@@ -446,24 +440,7 @@ fn idle_same_host_writer_does_not_hold_unregister() {
     target
         .register_memory(buf.addr(), buf.len(), "cpu:0", true)
         .unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_writer_main", "--nocapture", "--ignored"])
-        .env(ROLE_VAR, format!("{} {} once", target.name(), buf.addr()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdin = child.stdin.take();
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if line.starts_with("READY ") {
-                let _ = tx.send(line);
-            }
-        }
-    });
+    let (mut child, stdin, rx) = spawn_writer(&format!("{} {} once", target.name(), buf.addr()));
     let ready = rx.recv_timeout(Duration::from_secs(30)).expect("READY");
     assert_eq!(ready, "READY same-host 1");
     std::thread::sleep(Duration::from_millis(100));

@@ -81,3 +81,21 @@ pub fn engine_with(opts: &[(&str, &str)]) -> Engine {
     }
     Engine::new(cfg).expect("engine starts")
 }
+
+/// A raw 24-byte data-port request header (size, address, opcode byte), as a hostile or
+/// hand-driven peer writes it.
+#[allow(dead_code)] // not every test binary that includes `common` speaks raw frames
+pub fn header(size: u64, addr: u64, op: u8) -> [u8; 24] {
+    let mut h = [0u8; 24];
+    h[..8].copy_from_slice(&size.to_le_bytes());
+    h[8..16].copy_from_slice(&addr.to_le_bytes());
+    h[16] = op;
+    h
+}
+
+/// Timing-sensitive tests of one binary run one at a time.
+#[allow(dead_code)] // not every test binary that includes `common` needs it
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
