@@ -35,6 +35,71 @@ pub fn send_all(fd: RawFd, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
     Ok(())
 }
 
+/// How long a reader waiting for bytes that are on their way polls (yielding the CPU between
+/// polls) before it sleeps in the kernel. On virtual machines a thread whose CPU went idle takes
+/// tens of microseconds to wake, far longer than the gap between two segments of a payload in
+/// flight; a polling thread keeps its CPU awake and gives it to runnable threads meanwhile.
+pub const SPIN_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Polls `fds` for up to `spin`, yielding between polls. Returns whether one became readable
+/// (or hung up); `revents` says which.
+pub fn spin_readable(fds: &mut [libc::pollfd], spin: std::time::Duration) -> bool {
+    let until = std::time::Instant::now() + spin;
+    loop {
+        if wait_readable(fds, std::time::Duration::ZERO) {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Waits up to `wait` for any of `fds` to become readable (or hung up). Returns whether one did.
+pub fn wait_readable(fds: &mut [libc::pollfd], wait: std::time::Duration) -> bool {
+    let ts = libc::timespec {
+        tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: wait.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `fds` is a live slice of pollfd and `ts` a timespec, both valid for the call.
+    let r = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, &ts, std::ptr::null()) };
+    r > 0
+}
+
+/// A socket reader that, when no byte is there yet, polls for [`SPIN_WAIT`] before it blocks
+/// (bounded by the socket's read timeout as usual). For replies and payloads already on their
+/// way, where the next segment is microseconds off.
+pub struct SpinRead<'a>(pub &'a std::net::TcpStream);
+
+impl Read for SpinRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let fd = self.0.as_raw_fd();
+        for attempt in 0..2 {
+            // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
+            let r =
+                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if r >= 0 {
+                return Ok(r as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            let mut pfd = [libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            if attempt == 1 || !spin_readable(&mut pfd, SPIN_WAIT) {
+                break;
+            }
+        }
+        (&mut &*self.0).read(buf)
+    }
+}
+
 /// A reader over a socket with a deadline for one whole frame (not per `read` call, so a peer
 /// trickling a byte at a time cannot keep a frame open forever). The deadline starts at
 /// construction ([`FrameReader::started`]) or with the first byte read ([`FrameReader::lazy`]).
@@ -80,7 +145,9 @@ impl<'a> FrameReader<'a> {
 impl Read for FrameReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.late()?;
-        let n = (&mut &*self.stream).read(buf)?;
+        // A frame under way is read with polling (its next bytes are close); the wait for a
+        // frame's first byte sleeps at once.
+        let n = SpinRead(self.stream).read(buf)?;
         if n > 0 && self.until.is_none() {
             self.until = Some(std::time::Instant::now() + self.budget);
         } else if n > 0 && n < buf.len() {

@@ -2,6 +2,7 @@
 //! over several: whichever lane has a reply arriving is served first, each lane in order.
 
 use super::*;
+use crate::transport::tcp::net::{SPIN_WAIT, spin_readable, wait_readable};
 
 /// How long a submitting thread waits for the next reply to begin arriving before it hands the
 /// rest to the lanes' receiver threads.
@@ -53,7 +54,8 @@ pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) {
         if progressed {
             deadline = now + INLINE_WAIT;
         }
-        if now >= deadline || !(poll_readable(&mut fds) || wait_readable(&mut fds, deadline - now))
+        if now >= deadline
+            || !(spin_readable(&mut fds, SPIN_WAIT) || wait_readable(&mut fds, deadline - now))
         {
             break;
         }
@@ -73,34 +75,4 @@ pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) {
             }
         }
     }
-}
-
-/// How long a caller polls for a reply (yielding the CPU between polls) before it sleeps.
-const INLINE_POLL: Duration = Duration::from_micros(50);
-
-/// Polls `fds` for up to [`INLINE_POLL`], yielding between polls, as the batch latch does: on
-/// virtual machines a sleeping thread whose CPU went idle takes tens of microseconds to wake,
-/// while a polling one keeps its CPU awake and gives it to runnable threads meanwhile.
-fn poll_readable(fds: &mut [libc::pollfd]) -> bool {
-    let until = Instant::now() + INLINE_POLL;
-    loop {
-        if wait_readable(fds, Duration::ZERO) {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        std::thread::yield_now();
-    }
-}
-
-/// Waits up to `wait` for any of `fds` to become readable (or hung up). Returns whether one did.
-fn wait_readable(fds: &mut [libc::pollfd], wait: Duration) -> bool {
-    let ts = libc::timespec {
-        tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t,
-        tv_nsec: wait.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: `fds` is a live slice of pollfd and `ts` a timespec, both valid for the call.
-    let r = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, &ts, std::ptr::null()) };
-    r > 0
 }

@@ -252,7 +252,7 @@ fn read_reply(
     approved: &mut bool,
 ) -> Result<(), ReplyError> {
     let vm_pid = vm.map_or(0, |(pid, _)| pid);
-    let mut r = stream;
+    let mut r = crate::transport::tcp::net::SpinRead(stream);
     if v2 {
         // Before a large READ payload read only the status frame, so that the payload goes
         // straight into its destination instead of through the buffer (one copy, not two).
