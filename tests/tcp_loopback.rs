@@ -369,7 +369,18 @@ fn one_submit_over_several_routes_and_regions() {
 /// re-sends all meet.
 #[test]
 fn kv_block_batches_inline_with_rejections_and_threads() {
-    let (a, b) = pair();
+    // Spread over the idle lanes (the default on 4+ CPUs) and on one lane with the server
+    // gathering replies (the default on smaller hosts).
+    for spread in ["on", "off"] {
+        kv_block_batches(spread);
+    }
+}
+
+fn kv_block_batches(spread: &str) {
+    let (a, b) = (
+        engine_with(&[("tcp_spread", spread)]),
+        engine_with(&[("tcp_spread", spread)]),
+    );
     const BLK: usize = 256 << 10;
     let remote = Buf::pattern(16 * BLK, 7);
     let hidden = Buf::new(BLK, 2);
@@ -457,4 +468,61 @@ fn kv_block_batches_inline_with_rejections_and_threads() {
             });
         }
     });
+}
+
+/// The server holds back READ payloads to send several in one go. A WRITE behind a READ of the
+/// same bytes (one connection, so the server sees them in order) must not change what the READ
+/// returns, and READs alternating between two registered regions each get their own bytes.
+#[test]
+fn held_back_read_replies_keep_request_order() {
+    let opts = [("tcp_lanes", "1"), ("tcp_spread", "off")];
+    let (a, b) = (engine_with(&opts), engine_with(&opts));
+    const BLK: usize = 256 << 10;
+    let x = Buf::pattern(BLK, 11);
+    let y = Buf::pattern(BLK, 12);
+    b.register_memory(x.addr(), x.len(), "cpu:0", true).unwrap();
+    b.register_memory(y.addr(), y.len(), "cpu:0", true).unwrap();
+    let fresh = Buf::pattern(BLK, 13);
+    let local = Buf::new(4 * BLK, 0);
+    a.register_memory(fresh.addr(), fresh.len(), "cpu:0", true)
+        .unwrap();
+    a.register_memory(local.addr(), local.len(), "cpu:0", true)
+        .unwrap();
+    let seg = a.open_segment(b.name()).unwrap();
+    let req = |op, local: u64, remote: u64| Request {
+        op,
+        local,
+        segment: seg,
+        remote,
+        len: BLK as u64,
+    };
+    let at = |i: usize| local.addr() + (i * BLK) as u64;
+    let (x0, y0) = (x.0.clone(), y.0.clone());
+    let reqs = [
+        req(Opcode::Read, at(0), x.addr()),
+        req(Opcode::Write, fresh.addr(), x.addr()),
+        req(Opcode::Read, at(1), x.addr()),
+        req(Opcode::Read, at(2), y.addr()),
+        req(Opcode::Read, at(3), x.addr()),
+    ];
+    let batch = a.alloc_batch(reqs.len()).unwrap();
+    a.submit(batch, &reqs).unwrap();
+    a.wait_batch(batch, Some(Duration::from_secs(20))).unwrap();
+    assert!(
+        local.0[..BLK] == x0[..],
+        "READ before the WRITE saw the old bytes"
+    );
+    assert!(
+        local.0[BLK..2 * BLK] == fresh.0[..],
+        "READ after the WRITE saw the new bytes"
+    );
+    assert!(
+        local.0[2 * BLK..3 * BLK] == y0[..],
+        "READ of the other region"
+    );
+    assert!(
+        local.0[3 * BLK..] == fresh.0[..],
+        "READ back in the first region"
+    );
+    a.free_batch(batch).unwrap();
 }

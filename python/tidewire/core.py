@@ -88,6 +88,7 @@ CONFIG_KEYS = (
     "rpc_port",
     "data_port",
     "tcp_lanes",
+    "tcp_spread",
     "tcp_proto",
     "slice_size",
     "same_host",

@@ -26,6 +26,11 @@ pub struct Config {
     pub tcp_lanes: usize,
     /// Highest TCP framing version to use (1 or 2).
     pub tcp_proto: u32,
+    /// Whether a batch the submitting thread sends itself (up to 2 MiB) is cut over every idle
+    /// lane. `None` (auto): on hosts with 4 or more CPUs. On smaller ones the peer's server
+    /// threads and ours outnumber the CPUs when the peer is on the same host, and one lane with
+    /// its replies gathered is faster (see BENCHMARKS.md).
+    pub tcp_spread: Option<bool>,
     /// Requests larger than this are cut into several wire requests spread over the lanes.
     pub slice_size: u64,
     /// Connect deadline for RPC and data connections.
@@ -90,6 +95,7 @@ impl Default for Config {
             data_port: 0,
             tcp_lanes: 2,
             tcp_proto: 2,
+            tcp_spread: None,
             slice_size: 1 << 20,
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
@@ -132,6 +138,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("rpc_port", "handshake port, 0 = any free port"),
     ("data_port", "TCP data port, 0 = any free port"),
     ("tcp_lanes", "connections per peer, 1..=16 (default 2)"),
+    (
+        "tcp_spread",
+        "auto (default: with 4 or more CPUs), on or off: cut a batch the caller sends itself over the idle lanes",
+    ),
     (
         "tcp_proto",
         "highest TCP framing version, 1 or 2 (default 2)",
@@ -272,6 +282,19 @@ impl Config {
                 self.rdma_max_passive_endpoints = ranged(key, value, 1, 65_536)? as usize
             }
             "handshake_max_len" => self.handshake_max_len = ranged(key, value, 1 << 20, 128 << 20)?,
+            "tcp_spread" => {
+                self.tcp_spread = match value.trim().to_ascii_lowercase().as_str() {
+                    "auto" | "" => None,
+                    "on" | "1" | "true" | "yes" => Some(true),
+                    "off" | "0" | "false" | "no" => Some(false),
+                    v => {
+                        return Err(Error::new(
+                            ErrorKind::InvalidArgument,
+                            format!("tcp_spread: {v:?} is not auto/on/off"),
+                        ));
+                    }
+                }
+            }
             "same_host" => {
                 self.same_host = match value.trim() {
                     "1" | "true" | "on" | "yes" => true,
@@ -331,6 +354,7 @@ impl Config {
             ("MC_HANDSHAKE_MAX_LENGTH", "handshake_max_len"),
             ("TW_SLICE_SIZE", "slice_size"),
             ("TW_TCP_LANES", "tcp_lanes"),
+            ("TW_TCP_SPREAD", "tcp_spread"),
             ("TW_SAME_HOST", "same_host"),
             ("TW_RDMA", "rdma"),
             ("MC_TE_FILTERS", "rdma_devices"),

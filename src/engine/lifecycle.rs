@@ -82,6 +82,9 @@ impl Engine {
         };
         let client = TcpClient::new(ClientConfig {
             lanes: cfg.tcp_lanes,
+            spread: cfg
+                .tcp_spread
+                .unwrap_or_else(crate::transport::tcp::client::spread_by_default),
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
             transfer_timeout: cfg.transfer_timeout,

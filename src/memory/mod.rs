@@ -50,6 +50,21 @@ pub enum Access {
     Remote,
 }
 
+/// Outcome of [`Registry::check_pinned`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pinned {
+    /// The range is allowed; the slot names its region (`base`). `device`: the GPU it lives
+    /// on, as [`Registry::check_place`] says.
+    In {
+        /// Base address of the region.
+        base: u64,
+        /// GPU ordinal, `None` for host memory.
+        device: Option<u32>,
+    },
+    /// The range lies in another region than the one to hold; nothing was marked.
+    Elsewhere,
+}
+
 /// The registry. Thread-safe; lookups take a shared lock.
 #[derive(Debug, Default)]
 pub struct Registry {
@@ -285,13 +300,25 @@ impl Registry {
     /// Like [`Registry::check_place`] for a peer's request, and marks `slot` inside the region
     /// (while the registry is locked) until the caller's [`pins::PinSlot::leave`], so that an
     /// `unregister` of the region waits for (and cuts short) the request. Remote access only.
-    pub fn check_pinned(&self, addr: u64, len: u64, slot: &pins::PinSlot) -> Result<Option<u32>> {
+    ///
+    /// `hold`: a region (its base) the slot must keep naming, because the caller still has
+    /// bytes of it to send. A range in another region then gives [`Pinned::Elsewhere`] and the
+    /// slot is left as it was.
+    pub fn check_pinned(
+        &self,
+        addr: u64,
+        len: u64,
+        slot: &pins::PinSlot,
+        hold: Option<u64>,
+    ) -> Result<Pinned> {
         let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
-        let place = Self::check_in(&map, addr, len, Access::Remote)?;
-        if let Some((_, r)) = map.range(..=addr).next_back() {
-            slot.enter(r.base);
+        let device = Self::check_in(&map, addr, len, Access::Remote)?;
+        let base = map.range(..=addr).next_back().map_or(0, |(_, r)| r.base);
+        if hold.is_some_and(|h| h != base) {
+            return Ok(Pinned::Elsewhere);
         }
-        Ok(place)
+        slot.enter(base);
+        Ok(Pinned::In { base, device })
     }
 
     /// Checks `[addr, addr+len)` like [`Registry::check_place`] and runs `f` with its place

@@ -4,6 +4,7 @@
 pub mod client;
 pub mod net;
 pub mod peer_identity;
+mod replies;
 pub mod server;
 pub mod sockopt;
 mod stage;

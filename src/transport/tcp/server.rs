@@ -14,17 +14,18 @@
 //! (`crate::auth`); others are refused with a warning before any request is read.
 
 use super::client::DIRECT_PAYLOAD;
-use super::net::{FrameReader, RecvBuf, send_all};
+use super::net::{FrameReader, RecvBuf};
+use super::replies::Replies;
 use super::wire::{
     HEADER_LEN, Header, STATUS_ADDR_REJECTED, STATUS_NOT_SAME_HOST, STATUS_OK, status_frame,
 };
 use crate::auth::{AuthKey, Purpose};
 use crate::log::Level;
 use crate::memory::pins::PinSlot;
-use crate::memory::{Registry, raw};
+use crate::memory::{Pinned, Registry, raw};
 use crate::transport::slots::{Permit, Slots};
 use std::collections::HashMap;
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -341,20 +342,17 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
     let mut idle = Duration::ZERO;
     let fd = stream.as_raw_fd();
     let mut rb = RecvBuf::new(RECV_BUF);
-    let mut out: Vec<u8> = Vec::with_capacity(64 << 10);
-    let flush = |out: &mut Vec<u8>| -> io::Result<()> {
-        if !out.is_empty() {
-            send_all(fd, &mut [IoSlice::new(out)])?;
-            out.clear();
-        }
-        Ok(())
-    };
+    let mut replies = Replies::new();
     let mut last_large_write = false;
     loop {
-        // The previous request is done with registered memory.
-        slot.leave();
-        if rb.available() < HEADER_LEN {
-            flush(&mut out)?;
+        // Replies go out before waiting for input, and once enough READ payloads are held back.
+        if rb.available() < HEADER_LEN || replies.payloads_full() {
+            replies.flush(fd)?;
+        }
+        // The previous request is done with registered memory, unless its payload is still
+        // to be sent.
+        if replies.held_region().is_none() {
+            slot.leave();
         }
         // After a large WRITE the next request is likely one too: read just its header so
         // that its payload goes straight into registered memory (one copy, not two).
@@ -399,7 +397,26 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
         }
         // The payload (if any) must follow at a minimum average rate.
         let mut reader = FrameReader::started(stream, payload_budget(limits.io_timeout, h.size));
-        let checked = registry.check_pinned(h.addr, h.size, slot);
+        // Held-back READ payloads go out before a WRITE or GPU request touches memory (a WRITE
+        // could overwrite bytes a pending READ has yet to send) and before another region is
+        // entered (the pin slot names one region).
+        // (A GPU region is never the held host region.)
+        if h.write && replies.held_region().is_some() {
+            replies.flush(fd)?;
+            slot.leave();
+        }
+        let mut checked = registry.check_pinned(h.addr, h.size, slot, replies.held_region());
+        if checked == Ok(Pinned::Elsewhere) {
+            replies.flush(fd)?;
+            slot.leave();
+            checked = registry.check_pinned(h.addr, h.size, slot, None);
+        }
+        let (region, checked) = match checked {
+            Ok(Pinned::In { base, device }) => (base, Ok(device)),
+            Ok(Pinned::Elsewhere) => unreachable!("nothing is held"),
+            Err(e) => (0, Err(e)),
+        };
+        let out = replies.frames();
         if h.vm {
             // Same-host path: validate only; the initiator copies. Needs acknowledged framing.
             if !h.v2 {
@@ -431,7 +448,7 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
             if h.v2 {
                 out.extend_from_slice(&status_frame(STATUS_ADDR_REJECTED));
             }
-            flush(&mut out)?;
+            replies.flush(fd)?;
             // A rejected v2 READ leaves the stream in sync (no payload follows either way);
             // anything else cannot be resynchronised, so the connection ends as in Mooncake.
             if h.write || !h.v2 {
@@ -442,12 +459,12 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
         }
         let size = h.size as usize;
         if let Ok(Some(dev)) = checked {
-            if !serve_gpu(fd, &mut reader, &mut rb, &mut out, h, dev)? {
-                flush(&mut out)?;
+            if !serve_gpu(fd, &mut reader, &mut rb, out, h, dev)? {
+                replies.flush(fd)?;
                 return Ok(());
             }
-            if out.len() >= FLUSH_AT {
-                flush(&mut out)?;
+            if replies.len() >= FLUSH_AT {
+                replies.flush(fd)?;
             }
             continue;
         }
@@ -463,17 +480,17 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
             if h.v2 {
                 out.extend_from_slice(&status_frame(STATUS_OK));
             }
-            // SAFETY: the range was checked against remote-accessible registered regions.
-            let src = unsafe { raw::bytes(h.addr, size) };
             if h.size <= INLINE_REPLY {
-                out.extend_from_slice(src);
+                // SAFETY: the range was checked against remote-accessible registered regions.
+                out.extend_from_slice(unsafe { raw::bytes(h.addr, size) });
             } else {
-                send_all(fd, &mut [IoSlice::new(&out), IoSlice::new(src)])?;
-                out.clear();
+                // SAFETY: the range was checked and lies in `region`, which the slot keeps
+                // naming until the payload is sent (`held_region` above).
+                unsafe { replies.push_payload(region, h.addr, size) };
             }
         }
-        if out.len() >= FLUSH_AT {
-            flush(&mut out)?;
+        if replies.frames().len() >= FLUSH_AT {
+            replies.flush(fd)?;
         }
     }
 }

@@ -59,6 +59,8 @@ use std::time::{Duration, Instant};
 pub struct ClientConfig {
     /// Connections (lanes) per peer.
     pub lanes: usize,
+    /// Cut inline batches of [`SPREAD_MIN_BYTES`] or more over every idle lane.
+    pub spread: bool,
     /// Connect deadline.
     pub connect_timeout: Duration,
     /// Deadline for any single socket read or write while a reply is due.
@@ -79,6 +81,7 @@ impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
             lanes: 2,
+            spread: spread_by_default(),
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
             transfer_timeout: Duration::from_secs(30),
@@ -302,6 +305,14 @@ const INLINE_MAX_BYTES: u64 = 2 << 20;
 /// lane's server thread sends or receives its part in parallel).
 const SPREAD_MIN_BYTES: u64 = 256 << 10;
 
+/// Whether inline batches are spread over the lanes when the configuration does not say: on
+/// hosts with 4 or more CPUs. With fewer, a same-host peer's server threads plus the caller
+/// outnumber the CPUs, and one lane whose server gathers its replies into one send wins
+/// (READ 256 KiB x4: 4.7 vs 3.1 GB/s on 2 CPUs).
+pub fn spread_by_default() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 4)
+}
+
 /// Cuts `slices` (`bytes` in all) into at most `parts` runs of consecutive slices with about
 /// the same number of bytes each.
 fn split_by_bytes(slices: Vec<Slice>, bytes: u64, parts: usize) -> Vec<Vec<Slice>> {
@@ -432,7 +443,7 @@ impl Peer {
             .fold((0u64, false), |(b, g), s| (b + s.len, g || s.gpu.is_some()));
         if !gpu && bytes <= INLINE_MAX_BYTES && slices.len() <= sh.cfg.gather && sh.queue.is_empty()
         {
-            let spread = bytes >= SPREAD_MIN_BYTES && slices.len() > 1;
+            let spread = sh.cfg.spread && bytes >= SPREAD_MIN_BYTES && slices.len() > 1;
             let mut idle = Vec::new();
             for (lane, m) in sh.lanes_tx.iter().enumerate() {
                 let guard = match m.try_lock() {
