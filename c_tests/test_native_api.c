@@ -583,6 +583,24 @@ static void test_batches(tw_engine *a, tw_engine *b, int32_t seg) {
     CHECK(all_bytes(back + 2048, 200, 0x11), "good read landed");
     CHECK_RC(tw_batch_free(a, batch), TW_OK);
 
+    /* Submit and wait in one call: the same outcomes, and a whole READ back. */
+    CHECK_RC(tw_batch_alloc(a, 8, &batch), TW_OK);
+    memset(back, 0xee, 4096);
+    CHECK_RC(tw_batch_submit_and_wait(a, batch, refused, 4, 10000), TW_ERR_REJECTED);
+    CHECK_RC(tw_batch_status(a, batch, 2, &st), TW_OK);
+    CHECK(st.state == TW_TASK_FAILED && st.result == TW_ERR_REJECTED, "refused task failed");
+    CHECK(all_bytes(back + 2048, 200, 0x11), "good read landed (submit_and_wait)");
+    CHECK_RC(tw_batch_free(a, batch), TW_OK);
+    CHECK_RC(tw_batch_alloc(a, 4, &batch), TW_OK);
+    memset(back, 0, big);
+    CHECK_RC(tw_batch_submit_and_wait(a, batch, &r, 1, 10000), TW_OK);
+    CHECK(memcmp(back, remote, big) == 0, "submit_and_wait read back every byte");
+    CHECK_RC(tw_batch_submit_and_wait(a, batch, NULL, 1, 0), TW_ERR_NULL_ARGUMENT);
+    CHECK_RC(tw_batch_submit_and_wait(NULL, batch, &r, 1, 0), TW_ERR_NULL_ARGUMENT);
+    CHECK_RC(tw_batch_submit_and_wait(a, batch, five, 5, 0), TW_ERR_TOO_MANY_REQUESTS);
+    CHECK_RC(tw_batch_free(a, batch), TW_OK);
+    CHECK_RC(tw_batch_submit_and_wait(a, batch, &r, 1, 0), TW_ERR_INVALID_ID);
+
     /* Ids: double free, forged, freed. */
     CHECK_RC(tw_batch_free(a, batch), TW_ERR_INVALID_ID);
     CHECK_RC(tw_batch_status(a, batch, 0, &st), TW_ERR_INVALID_ID);

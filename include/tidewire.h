@@ -433,6 +433,18 @@ tw_result tw_batch_submit(const struct tw_engine *engine,
                           size_t count);
 
 /*
+ `tw_batch_submit` then `tw_batch_wait(timeout_ms)`, in one call from the waiting thread.
+ Returns the submit's error (nothing started) or the wait's result. Knowing the caller
+ waits, the TCP path may move large READ batches on this thread (no hand-off to its lane
+ threads). Thread-safe as the two calls it replaces.
+ */
+tw_result tw_batch_submit_and_wait(const struct tw_engine *engine,
+                                   uint64_t batch,
+                                   const struct tw_transfer_request *requests,
+                                   size_t count,
+                                   int64_t timeout_ms);
+
+/*
  Writes the status of task `task` of a batch to `*status_out`. Lock-free (an id-table lookup
  and atomic loads): cheap enough to poll from any thread, while other threads submit or free.
  */

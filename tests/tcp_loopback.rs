@@ -526,3 +526,73 @@ fn held_back_read_replies_keep_request_order() {
     );
     a.free_batch(batch).unwrap();
 }
+
+/// `submit_and_wait`: a READ batch far above the inline limit is moved by the waiting thread
+/// itself (one lane, replies gathered by the server); a refused READ in the middle fails alone,
+/// and a WRITE batch after it lands byte for byte.
+#[test]
+fn submit_and_wait_moves_large_batches_on_the_caller() {
+    let opts = [("tcp_spread", "off")];
+    let (a, b) = (engine_with(&opts), engine_with(&opts));
+    const BLK: usize = 1 << 20;
+    const N: usize = 16;
+    let remote = Buf::pattern(N * BLK, 21);
+    let hidden = Buf::new(BLK, 3);
+    b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+        .unwrap();
+    b.register_memory(hidden.addr(), hidden.len(), "cpu:0", false)
+        .unwrap();
+    let local = Buf::new(N * BLK, 0);
+    let src = Buf::pattern(4 * BLK, 22);
+    a.register_memory(local.addr(), local.len(), "cpu:0", true)
+        .unwrap();
+    a.register_memory(src.addr(), src.len(), "cpu:0", true)
+        .unwrap();
+    let seg = a.open_segment(b.name()).unwrap();
+    let mut reqs: Vec<Request> = (0..N)
+        .map(|i| Request {
+            op: Opcode::Read,
+            local: local.addr() + (i * BLK) as u64,
+            segment: seg,
+            remote: remote.addr() + (i * BLK) as u64,
+            len: BLK as u64,
+        })
+        .collect();
+    reqs[7].remote = hidden.addr();
+    let batch = a.alloc_batch(N).unwrap();
+    let err = a
+        .submit_and_wait(batch, &reqs, Some(Duration::from_secs(20)))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Rejected);
+    for i in 0..N {
+        let st = a.task_status(batch, i).unwrap();
+        if i == 7 {
+            assert_eq!(st.error, Some(ErrorKind::Rejected));
+            assert!(local.0[i * BLK..(i + 1) * BLK].iter().all(|&x| x == 0));
+        } else {
+            assert_eq!(st.state, TaskState::Completed, "request {i}");
+            assert!(
+                local.0[i * BLK..(i + 1) * BLK] == remote.0[i * BLK..(i + 1) * BLK],
+                "request {i}"
+            );
+        }
+    }
+    a.free_batch(batch).unwrap();
+    let writes: Vec<Request> = (0..4)
+        .map(|i| Request {
+            op: Opcode::Write,
+            local: src.addr() + (i * BLK) as u64,
+            segment: seg,
+            remote: remote.addr() + (i * BLK) as u64,
+            len: BLK as u64,
+        })
+        .collect();
+    let batch = a.alloc_batch(4).unwrap();
+    a.submit_and_wait(batch, &writes, Some(Duration::from_secs(20)))
+        .unwrap();
+    assert!(
+        remote.0[..4 * BLK] == src.0[..],
+        "every written byte landed"
+    );
+    a.free_batch(batch).unwrap();
+}

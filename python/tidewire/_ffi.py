@@ -167,6 +167,10 @@ SIGNATURES = {
     "tw_batch_submit": ([c_void_p, c_uint64, _p(TransferRequest), c_size_t], c_int32),
     "tw_batch_status": ([c_void_p, c_uint64, c_size_t, _p(TransferStatus)], c_int32),
     "tw_batch_wait": ([c_void_p, c_uint64, c_int64], c_int32),
+    "tw_batch_submit_and_wait": (
+        [c_void_p, c_uint64, _p(TransferRequest), c_size_t, c_int64],
+        c_int32,
+    ),
     "tw_batch_free": ([c_void_p, c_uint64], c_int32),
     "tw_scatter_submit": (
         [c_void_p, _p(ScatterRange), c_size_t, FRAGMENT_CALLBACK, c_void_p, _p(c_uint64)],

@@ -947,12 +947,12 @@ class Engine(_Owned):
         check(lib.tw_batch_alloc(h, n, s.bid_ref))
         bid = s.bid.value
         if notify is None:
-            rc = lib.tw_batch_submit(h, bid, arr, n)
+            rc = lib.tw_batch_submit_and_wait(h, bid, arr, n, timeout_ms)
         else:
             rc = lib.tw_batch_submit_with_notify(h, bid, arr, n, notify[0].encode(),
                                                  notify[1].encode())
-        if rc == 0:
-            rc = lib.tw_batch_wait(h, bid, timeout_ms)
+            if rc == 0:
+                rc = lib.tw_batch_wait(h, bid, timeout_ms)
         err = error_for(rc) if rc else None  # before free() replaces the thread's message
         if lib.tw_batch_free(h, bid) == _ffi.TW_ERR_BUSY:
             with self._park_lock:

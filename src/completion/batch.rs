@@ -65,6 +65,9 @@ pub struct Batch {
     /// keeps the common case to one relaxed load.
     on_idle: Mutex<Option<OnIdle>>,
     has_on_idle: AtomicBool,
+    /// The submitting thread waits for the batch right after submitting it (`submit_and_wait`):
+    /// transports may then do the whole round trip on that thread, whatever its size.
+    caller_waits: AtomicBool,
 }
 
 type OnIdle = Box<dyn FnOnce() + Send>;
@@ -81,7 +84,20 @@ impl Batch {
             has_notify: AtomicBool::new(false),
             on_idle: Mutex::new(None),
             has_on_idle: AtomicBool::new(false),
+            caller_waits: AtomicBool::new(false),
         }
+    }
+
+    /// Marks that the submitting thread will wait for the batch right after its submit.
+    pub fn set_caller_waits(&self) {
+        // Relaxed: read back by the same thread during its submit (a hint, no data hangs on it).
+        self.caller_waits.store(true, Ordering::Relaxed);
+    }
+
+    /// See [`Batch::set_caller_waits`].
+    pub fn caller_waits(&self) -> bool {
+        // Relaxed: a hint, see `set_caller_waits`.
+        self.caller_waits.load(Ordering::Relaxed)
     }
 
     /// Maximum number of tasks.
@@ -253,6 +269,11 @@ impl SliceDone {
     /// refused before its batch counted the slice (see [`Batch::add_slices`]).
     pub(crate) fn disarm(mut self) {
         self.batch = None;
+    }
+
+    /// Whether the thread that submitted the slice waits for its batch right away.
+    pub fn caller_waits(&self) -> bool {
+        self.batch.as_ref().is_some_and(|b| b.caller_waits())
     }
 
     /// Reports the slice's result (bytes moved, or the failure).

@@ -61,6 +61,22 @@ impl Engine {
         self.inner.submit_to(&batch, reqs).map(|_| ())
     }
 
+    /// [`Engine::submit`] then [`Engine::wait_batch`], from one thread. Knowing the caller waits,
+    /// the TCP transport may send and receive large READ batches on this thread instead of
+    /// handing them to its lane threads (no wake-ups in between).
+    pub fn submit_and_wait<R: AsRequest>(
+        &self,
+        batch_id: u64,
+        reqs: &[R],
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        let batch = self.batch(batch_id)?;
+        batch.set_caller_waits();
+        self.inner.submit_to(&batch, reqs)?;
+        drop(batch);
+        self.wait_batch(batch_id, timeout)
+    }
+
     /// Like [`Engine::submit`], and sends `name`/`msg` to the first request's segment once a
     /// status query or wait observes the whole batch completed (Mooncake's notify semantics).
     pub fn submit_with_notify<R: AsRequest>(

@@ -40,6 +40,28 @@ pub extern "C" fn tw_batch_submit(
     })
 }
 
+/// `tw_batch_submit` then `tw_batch_wait(timeout_ms)`, in one call from the waiting thread.
+/// Returns the submit's error (nothing started) or the wait's result. Knowing the caller
+/// waits, the TCP path may move large READ batches on this thread (no hand-off to its lane
+/// threads). Thread-safe as the two calls it replaces.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_batch_submit_and_wait(
+    engine: *const tw_engine,
+    batch: u64,
+    requests: *const tw_transfer_request,
+    count: usize,
+    timeout_ms: i64,
+) -> tw_result {
+    ffi_boundary!(TW_ERR_PANIC, {
+        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
+        let e = check!(unsafe { engine_ref(engine) });
+        // SAFETY: `count` elements per the API contract.
+        let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
+        check!(e.submit_and_wait(batch, reqs, timeout(timeout_ms)));
+        TW_OK
+    })
+}
+
 /// Writes the status of task `task` of a batch to `*status_out`. Lock-free (an id-table lookup
 /// and atomic loads): cheap enough to poll from any thread, while other threads submit or free.
 #[unsafe(no_mangle)]
