@@ -61,8 +61,10 @@ impl Engine {
         self.inner.submit_to(&batch, reqs).map(|_| ())
     }
 
-    /// [`Engine::submit`] then [`Engine::wait_batch`], from one thread. Knowing the caller waits,
-    /// the TCP transport may send and receive large READ batches on this thread instead of
+    /// [`Engine::submit`] then [`Engine::wait_batch`], from one thread. Work done during the
+    /// submit (see below) comes before `timeout` starts; every task is bounded by
+    /// `transfer_timeout` in any case. Knowing the caller waits,
+    /// the TCP transport may send and receive READ batches of any size on this thread instead of
     /// handing them to its lane threads (no wake-ups in between).
     pub fn submit_and_wait<R: AsRequest>(
         &self,
@@ -70,11 +72,17 @@ impl Engine {
         reqs: &[R],
         timeout: Option<Duration>,
     ) -> Result<()> {
+        self.submit_for_wait(batch_id, reqs)?;
+        self.wait_batch(batch_id, timeout)
+    }
+
+    /// [`Engine::submit`] for a caller that waits for the batch right after, on this thread
+    /// (as [`Engine::submit_and_wait`] does), when it needs to tell a refused submit from failed
+    /// transfers. The submit may take as long as the transfers.
+    pub fn submit_for_wait<R: AsRequest>(&self, batch_id: u64, reqs: &[R]) -> Result<()> {
         let batch = self.batch(batch_id)?;
         batch.set_caller_waits();
-        self.inner.submit_to(&batch, reqs)?;
-        drop(batch);
-        self.wait_batch(batch_id, timeout)
+        self.inner.submit_to(&batch, reqs).map(|_| ())
     }
 
     /// Like [`Engine::submit`], and sends `name`/`msg` to the first request's segment once a

@@ -29,7 +29,8 @@ impl Shared {
             return BatchEnd::Rejected(code::INTERNAL_ERROR);
         };
         let mut temp: Vec<u64> = Vec::new();
-        let mut res = e.submit(id, reqs);
+        // The wait follows at once: large READs may run on this thread (no lane hand-off).
+        let mut res = e.submit_for_wait(id, reqs);
         if matches!(&res, Err(err) if err.kind() == ErrorKind::AddressNotRegistered) {
             let mut ranges = union_of(reqs.iter().map(|r| (r.local, r.len)).collect());
             ranges.retain(|&(a, _)| e.memory_location(a).is_err());
@@ -42,7 +43,7 @@ impl Shared {
                     }
                 }
             }
-            res = e.submit(id, reqs);
+            res = e.submit_for_wait(id, reqs);
         }
         let end = match res {
             Err(err) => BatchEnd::Rejected(match err.kind() {

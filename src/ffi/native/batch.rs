@@ -42,8 +42,9 @@ pub extern "C" fn tw_batch_submit(
 
 /// `tw_batch_submit` then `tw_batch_wait(timeout_ms)`, in one call from the waiting thread.
 /// Returns the submit's error (nothing started) or the wait's result. Knowing the caller
-/// waits, the TCP path may move large READ batches on this thread (no hand-off to its lane
-/// threads). Thread-safe as the two calls it replaces.
+/// waits, the TCP path may move READ batches of any size on this thread (no hand-off to its
+/// lane threads); that part runs before the wait's `timeout_ms` starts and is bounded, like
+/// every task, by `transfer_timeout_ms`. Thread-safe as the two calls it replaces.
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_batch_submit_and_wait(
     engine: *const tw_engine,
