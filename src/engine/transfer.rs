@@ -61,11 +61,11 @@ impl Engine {
         self.inner.submit_to(&batch, reqs).map(|_| ())
     }
 
-    /// [`Engine::submit`] then [`Engine::wait_batch`], from one thread. Work done during the
-    /// submit (see below) comes before `timeout` starts; every task is bounded by
-    /// `transfer_timeout` in any case. Knowing the caller waits,
-    /// the TCP transport may send and receive READ batches of any size on this thread instead of
-    /// handing them to its lane threads (no wake-ups in between).
+    /// [`Engine::submit`] then [`Engine::wait_batch`], from one thread. Knowing the caller
+    /// waits, the TCP transport may send and receive READ batches of any size on this thread
+    /// instead of handing them to its lane threads (no wake-ups in between). That work happens
+    /// inside the submit, before `timeout` starts; every task is bounded by `transfer_timeout`
+    /// in any case.
     pub fn submit_and_wait<R: AsRequest>(
         &self,
         batch_id: u64,

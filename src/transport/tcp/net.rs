@@ -145,8 +145,8 @@ impl<'a> FrameReader<'a> {
 impl Read for FrameReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.late()?;
-        // A frame under way is read with polling (its next bytes are close); the wait for a
-        // frame's first byte sleeps at once.
+        // Polls before sleeping, for a frame's first byte too: in a request/reply loop the
+        // peer's next request is usually closer than a sleeping thread's wake-up.
         let n = SpinRead(self.stream).read(buf)?;
         if n > 0 && self.until.is_none() {
             self.until = Some(std::time::Instant::now() + self.budget);
