@@ -445,3 +445,18 @@ def test_copying_put_of_overlapping_views(cluster):
     assert s.put("ov/e", bytes(buf)) == 0 and s.get("ov/e") == bytes(buf)
     assert s.upsert_parts("ov/f", mv[0:10], b"xyz") == 0
     assert s.get("ov/f") == bytes(buf[:10]) + b"xyz"
+
+
+def test_key_arrays_round_trip():
+    """The packed key array the library reads: every key back, in order, NUL-terminated."""
+    from tidewire import store as st
+
+    keys = ["a", "", "ключ-ü", b"raw-bytes", "x" * 300] + [f"k{i}" for i in range(1000)]
+    arr, keep = st._keys(keys)
+    want = [k.encode() if isinstance(k, str) else k for k in keys]
+    assert [arr[i] for i in range(len(keys))] == want
+    empty, _ = st._keys([])
+    assert len(empty) == 0
+    res, cres = st._codes(3)
+    cres[1] = -704
+    assert res.tolist() == [0, -704, 0]

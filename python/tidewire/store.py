@@ -26,9 +26,11 @@ Every call into the library releases the GIL (ctypes), so threads overlap their 
 
 import ctypes
 import functools
+import itertools
 import operator
 import threading
-from ctypes import byref, c_char_p, c_int32, c_int64, c_uint64, c_void_p
+from array import array
+from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_uint64, c_void_p
 
 from . import _ffi
 from ._store_ffi import AllocFn, ReplicateConfigC, StoreValue
@@ -118,9 +120,27 @@ def _bytes_address(b):
     return ctypes.cast(c_char_p(b), c_void_p).value
 
 
+_PTR_CODE = "Q" if ctypes.sizeof(c_void_p) == 8 else "I"
+
+
 def _keys(keys):
+    """Keys as a C array of NUL-terminated strings, and what keeps it alive: one joined buffer
+    and pointers into it, built by C loops (768 keys: ~120 us; a ``c_char_p`` array ~190 us).
+    A key with a NUL byte ends there for the library, as with ``c_char_p``."""
     enc = [k.encode("utf-8") if isinstance(k, str) else bytes(k) for k in keys]
-    return (c_char_p * len(enc))(*enc), enc
+    if not enc:
+        return (c_char_p * 0)(), enc
+    blob = b"\0".join(enc) + b"\0"
+    base = ctypes.cast(c_char_p(blob), c_void_p).value
+    ptrs = array(_PTR_CODE, itertools.accumulate((len(e) + 1 for e in enc[:-1]), initial=base))
+    return ctypes.cast(ptrs.buffer_info()[0], POINTER(c_char_p)), (blob, ptrs)
+
+
+def _codes(n):
+    """Per-key results for the library to fill: (array("i") of ``n`` zeros, its pointer).
+    ``.tolist()`` on it is much cheaper than ``list()`` of a ctypes array."""
+    out = array("i", bytes(4 * n))
+    return out, ctypes.cast(out.buffer_info()[0], POINTER(c_int32))
 
 
 def _address(value):
@@ -305,12 +325,12 @@ class MooncakeDistributedStore:
         n = len(keys)
         cptrs, csizes = _c_buffers(ptrs, sizes)
         karr, _keep = _keys(keys)
-        res = (c_int32 * n)()
+        res, cres = _codes(n)
         cfg = (config or ReplicateConfig())._c()
         rc = _ffi.lib().tw_store_put(
-            self._h, karr, cptrs, csizes, n, 1 if upsert else 0, 1 if copy else 0, byref(cfg), res,
+            self._h, karr, cptrs, csizes, n, 1 if upsert else 0, 1 if copy else 0, byref(cfg), cres,
         )
-        return [rc] * n if rc != 0 else list(res)
+        return [rc] * n if rc != 0 else res.tolist()
 
     def _put_values(self, keys, values, upsert, config):
         addrs = [_address(v) for v in values]
@@ -521,9 +541,9 @@ class MooncakeDistributedStore:
         if n == 0:
             return []
         karr, _keep = _keys(keys)
-        res = (c_int32 * n)()
-        rc = _ffi.lib().tw_store_remove(self._h, karr, n, bool(force), res)
-        return [rc] * n if rc != 0 else list(res)
+        res, cres = _codes(n)
+        rc = _ffi.lib().tw_store_remove(self._h, karr, n, bool(force), cres)
+        return [rc] * n if rc != 0 else res.tolist()
 
     def remove(self, key, force=False):
         """Removes one key: 0, -704 missing, -706 leased (unless ``force``)."""
