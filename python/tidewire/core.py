@@ -89,6 +89,7 @@ CONFIG_KEYS = (
     "data_port",
     "tcp_lanes",
     "tcp_spread",
+    "tcp_congestion",
     "tcp_proto",
     "slice_size",
     "same_host",

@@ -31,6 +31,9 @@ pub struct Config {
     /// threads and ours outnumber the CPUs when the peer is on the same host, and one lane with
     /// its replies gathered is faster (see BENCHMARKS.md).
     pub tcp_spread: Option<bool>,
+    /// Congestion control of TCP data connections (both directions): `auto` (Reno between
+    /// two ends on one host, the system's default otherwise), `system`, or an algorithm name.
+    pub tcp_congestion: crate::transport::tcp::sockopt::Congestion,
     /// Requests larger than this are cut into several wire requests spread over the lanes.
     pub slice_size: u64,
     /// Connect deadline for RPC and data connections.
@@ -96,6 +99,7 @@ impl Default for Config {
             tcp_lanes: 2,
             tcp_proto: 2,
             tcp_spread: None,
+            tcp_congestion: crate::transport::tcp::sockopt::Congestion::Auto,
             slice_size: 1 << 20,
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
@@ -138,6 +142,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("rpc_port", "handshake port, 0 = any free port"),
     ("data_port", "TCP data port, 0 = any free port"),
     ("tcp_lanes", "connections per peer, 1..=16 (default 2)"),
+    (
+        "tcp_congestion",
+        "auto (default: reno between two ends on one host, else the system's), system, or an algorithm name",
+    ),
     (
         "tcp_spread",
         "auto (default: with 4 or more CPUs), on or off: cut a batch the caller sends itself over the idle lanes",
@@ -282,6 +290,15 @@ impl Config {
                 self.rdma_max_passive_endpoints = ranged(key, value, 1, 65_536)? as usize
             }
             "handshake_max_len" => self.handshake_max_len = ranged(key, value, 1 << 20, 128 << 20)?,
+            "tcp_congestion" => {
+                self.tcp_congestion = crate::transport::tcp::sockopt::Congestion::parse(value)
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::InvalidArgument,
+                            format!("tcp_congestion: {value:?} is not auto, system or a name"),
+                        )
+                    })?
+            }
             "tcp_spread" => {
                 self.tcp_spread = match value.trim().to_ascii_lowercase().as_str() {
                     "auto" | "" => None,
@@ -355,6 +372,7 @@ impl Config {
             ("TW_SLICE_SIZE", "slice_size"),
             ("TW_TCP_LANES", "tcp_lanes"),
             ("TW_TCP_SPREAD", "tcp_spread"),
+            ("TW_TCP_CONGESTION", "tcp_congestion"),
             ("TW_SAME_HOST", "same_host"),
             ("TW_RDMA", "rdma"),
             ("MC_TE_FILTERS", "rdma_devices"),

@@ -85,6 +85,7 @@ impl Engine {
             spread: cfg
                 .tcp_spread
                 .unwrap_or_else(crate::transport::tcp::client::spread_by_default),
+            congestion: cfg.tcp_congestion,
             connect_timeout: cfg.connect_timeout,
             io_timeout: cfg.io_timeout,
             transfer_timeout: cfg.transfer_timeout,
@@ -143,6 +144,7 @@ impl Engine {
             io_timeout: inner.cfg.io_timeout,
             idle_timeout: inner.cfg.data_idle_timeout,
             max_connections: inner.cfg.max_data_connections,
+            congestion: inner.cfg.tcp_congestion,
         };
         let tcp = TcpServer::start(
             data_listener,

@@ -24,7 +24,7 @@ pub extern "C" fn tw_config_new(cfg_out: *mut *mut tw_config) -> tw_result {
 }
 
 /// Sets one option by name. Keys: `metadata`, `local_server_name`, `bind_address`, `rpc_port`,
-/// `data_port`, `tcp_lanes`, `tcp_spread`, `tcp_proto`, `slice_size`, `same_host`, `connect_timeout_ms`,
+/// `data_port`, `tcp_lanes`, `tcp_spread`, `tcp_congestion`, `tcp_proto`, `slice_size`, `same_host`, `connect_timeout_ms`,
 /// `io_timeout_ms`, `transfer_timeout_ms`, `max_data_connections`, `data_idle_timeout_ms`,
 /// `rpc_max_concurrent`, `notify_max_count`, `notify_max_bytes`, `handshake_max_len`, `rdma`,
 /// `rdma_devices`, `rdma_slice_size`, `rdma_qp_per_ep`, `rdma_max_wr`, `rdma_retries`,

@@ -88,6 +88,8 @@ pub struct DataLimits {
     pub idle_timeout: Duration,
     /// Connections served at once.
     pub max_connections: usize,
+    /// Congestion control of accepted connections (the sending side of READ replies).
+    pub congestion: super::sockopt::Congestion,
 }
 
 /// A running data server.
@@ -155,6 +157,9 @@ impl TcpServer {
                         limits.idle_timeout.min(Duration::from_secs(60)),
                         limits.io_timeout,
                     );
+                    if let Err(e) = limits.congestion.apply(&stream) {
+                        tw_log!(Level::Debug, "tcp: congestion control not set: {e}");
+                    }
                     let active = Arc::new(AtomicU64::new(since(epoch)));
                     let keep = (stream.as_raw_fd(), active.clone());
                     let reg = registry.clone();

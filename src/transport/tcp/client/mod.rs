@@ -61,6 +61,8 @@ pub struct ClientConfig {
     pub lanes: usize,
     /// Cut inline batches of [`SPREAD_MIN_BYTES`] or more over every idle lane.
     pub spread: bool,
+    /// Congestion control of the lanes' connections.
+    pub congestion: crate::transport::tcp::sockopt::Congestion,
     /// Connect deadline.
     pub connect_timeout: Duration,
     /// Deadline for any single socket read or write while a reply is due.
@@ -82,6 +84,7 @@ impl Default for ClientConfig {
         ClientConfig {
             lanes: 2,
             spread: spread_by_default(),
+            congestion: Default::default(),
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
             transfer_timeout: Duration::from_secs(30),

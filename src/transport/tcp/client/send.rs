@@ -18,6 +18,9 @@ pub(super) fn connect(sh: &Shared) -> Result<TcpStream, String> {
                 if let Err(e) = crate::transport::tcp::sockopt::harden(&s, idle, io) {
                     tw_log!(Level::Debug, "tcp: keepalive/user timeout not set: {e}");
                 }
+                if let Err(e) = sh.cfg.congestion.apply(&s) {
+                    tw_log!(Level::Debug, "tcp: congestion control not set: {e}");
+                }
                 let by = Instant::now() + sh.cfg.connect_timeout.min(sh.cfg.transfer_timeout);
                 let purpose = crate::auth::Purpose::Data;
                 // An authentication failure is final for this address: no other one is tried.
