@@ -549,15 +549,14 @@ fn submit_and_wait_moves_large_batches_on_the_caller() {
     a.register_memory(src.addr(), src.len(), "cpu:0", true)
         .unwrap();
     let seg = a.open_segment(b.name()).unwrap();
-    let mut reqs: Vec<Request> = (0..N)
-        .map(|i| Request {
-            op: Opcode::Read,
-            local: local.addr() + (i * BLK) as u64,
-            segment: seg,
-            remote: remote.addr() + (i * BLK) as u64,
-            len: BLK as u64,
-        })
-        .collect();
+    let mut reqs = strided_requests(
+        Opcode::Read,
+        &local,
+        seg,
+        remote.addr(),
+        N as u64,
+        BLK as u64,
+    );
     reqs[7].remote = hidden.addr();
     let batch = a.alloc_batch(N).unwrap();
     let err = a
@@ -578,15 +577,7 @@ fn submit_and_wait_moves_large_batches_on_the_caller() {
         }
     }
     a.free_batch(batch).unwrap();
-    let writes: Vec<Request> = (0..4)
-        .map(|i| Request {
-            op: Opcode::Write,
-            local: src.addr() + (i * BLK) as u64,
-            segment: seg,
-            remote: remote.addr() + (i * BLK) as u64,
-            len: BLK as u64,
-        })
-        .collect();
+    let writes = strided_requests(Opcode::Write, &src, seg, remote.addr(), 4, BLK as u64);
     let batch = a.alloc_batch(4).unwrap();
     a.submit_and_wait(batch, &writes, Some(Duration::from_secs(20)))
         .unwrap();

@@ -209,7 +209,7 @@ fn child_writer_main() {
 
 /// Starts the writer child with `role` (`"<segment> <addr>[ once]"`); its READY and DONE lines
 /// arrive on the returned channel.
-fn spawn_writer(role: &str) -> (Child, Option<ChildStdin>, mpsc::Receiver<String>) {
+fn spawn_writer(role: &str) -> Writer {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_writer_main", "--nocapture", "--ignored"])
         .env(ROLE_VAR, role)
@@ -231,17 +231,30 @@ fn spawn_writer(role: &str) -> (Child, Option<ChildStdin>, mpsc::Receiver<String
     (child, stdin, rx)
 }
 
-#[test]
-fn same_host_process_vm_writer_stops_at_unregister() {
-    let _s = serial();
+/// A same-host target with a registered buffer, and a writer child (`mode`: `""` or `" once"`)
+/// that has reported `ready` for it.
+fn target_with_writer(mode: &str, ready: &str) -> (Engine, Buf, Writer) {
     let target = engine_with(&[("same_host", "1")]);
     let buf = Buf::new(LEN, 0);
     target
         .register_memory(buf.addr(), buf.len(), "cpu:0", true)
         .unwrap();
-    let (mut child, stdin, rx) = spawn_writer(&format!("{} {}", target.name(), buf.addr()));
-    let ready = rx.recv_timeout(Duration::from_secs(30)).expect("READY");
-    assert_eq!(ready, "READY same-host");
+    let writer = spawn_writer(&format!("{} {}{mode}", target.name(), buf.addr()));
+    let line = writer
+        .2
+        .recv_timeout(Duration::from_secs(30))
+        .expect("READY");
+    assert_eq!(line, ready);
+    (target, buf, writer)
+}
+
+/// The writer child, its stdin (closing it ends the child) and its READY/DONE lines.
+type Writer = (Child, Option<ChildStdin>, mpsc::Receiver<String>);
+
+#[test]
+fn same_host_process_vm_writer_stops_at_unregister() {
+    let _s = serial();
+    let (target, buf, (mut child, stdin, rx)) = target_with_writer("", "READY same-host");
     std::thread::sleep(Duration::from_millis(100));
     let took = unregister_and_watch(&target, &buf);
     drop(stdin);
@@ -435,14 +448,7 @@ fn trickled_frames_hit_the_frame_deadline() {
 #[test]
 fn idle_same_host_writer_does_not_hold_unregister() {
     let _s = serial();
-    let target = engine_with(&[("same_host", "1")]);
-    let buf = Buf::new(LEN, 0);
-    target
-        .register_memory(buf.addr(), buf.len(), "cpu:0", true)
-        .unwrap();
-    let (mut child, stdin, rx) = spawn_writer(&format!("{} {} once", target.name(), buf.addr()));
-    let ready = rx.recv_timeout(Duration::from_secs(30)).expect("READY");
-    assert_eq!(ready, "READY same-host 1");
+    let (target, buf, (mut child, stdin, _rx)) = target_with_writer(" once", "READY same-host 1");
     std::thread::sleep(Duration::from_millis(100));
     let t0 = Instant::now();
     target.unregister_memory(buf.addr()).unwrap();

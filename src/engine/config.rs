@@ -443,6 +443,22 @@ mod tests {
             c.set("tcp_lanes", "x").unwrap_err().kind(),
             ErrorKind::InvalidArgument
         );
+        c.set("tcp_spread", "off").unwrap();
+        assert_eq!(c.tcp_spread, Some(false));
+        c.set("tcp_spread", "auto").unwrap();
+        assert_eq!(c.tcp_spread, None);
+        c.set("tcp_congestion", "system").unwrap();
+        assert_eq!(
+            c.tcp_congestion,
+            crate::transport::tcp::sockopt::Congestion::System
+        );
+        for (key, bad) in [("tcp_spread", "maybe"), ("tcp_congestion", "no such")] {
+            assert_eq!(
+                c.set(key, bad).unwrap_err().kind(),
+                ErrorKind::InvalidArgument,
+                "{key}={bad}"
+            );
+        }
         assert_eq!(
             c.set("nope", "1").unwrap_err().kind(),
             ErrorKind::InvalidArgument
