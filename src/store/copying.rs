@@ -3,7 +3,7 @@
 
 use super::client::StoreClient;
 use super::flows::{KeyBuf, key_ok};
-use super::mem::{Staged, prefault_write};
+use super::mem::Staged;
 use super::proto::{MAX_BATCH, WriteConfig, code};
 
 /// Bytes fetched by the copying API: staged in the local buffer, or on the heap when it is full.
@@ -100,7 +100,7 @@ impl StoreClient {
                 bufs[i] = Some(f);
                 Ok(a)
             };
-            self.shared.get_chunk(&ks, &mut dst, &mut codes);
+            self.shared.get_chunk(&ks, &mut dst, false, &mut codes);
             for (j, &i) in chunk.iter().enumerate() {
                 out[i] = match (codes[j], bufs[j].take()) {
                     (n, Some(f)) if n >= 0 => Ok(f),
@@ -129,13 +129,9 @@ impl StoreClient {
         for chunk in idx.chunks(MAX_BATCH) {
             let ks: Vec<&str> = chunk.iter().map(|&i| keys[i]).collect();
             let mut codes = vec![0i64; ks.len()];
-            let mut at = |j: usize, size: u64| {
-                let a = dst(chunk[j], size)?;
-                // Fresh memory for the value: one populate call instead of a fault per page.
-                prefault_write(a, size);
-                Ok(a)
-            };
-            self.shared.get_chunk(&ks, &mut at, &mut codes);
+            let mut at = |j: usize, size: u64| dst(chunk[j], size);
+            // Fresh memory for the values: populated ahead of the copy, not a fault per page.
+            self.shared.get_chunk(&ks, &mut at, true, &mut codes);
             for (j, &i) in chunk.iter().enumerate() {
                 out[i] = codes[j];
             }

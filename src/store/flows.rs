@@ -6,7 +6,7 @@
 
 use super::batch::BatchEnd;
 use super::client::{Shared, StoreClient};
-use super::mem::{Copy, copy_all};
+use super::mem::{Copy, copy_all, populate_behind, prefault_write};
 use super::proto::{
     GetResult, KeyVersion, MAX_BATCH, MAX_KEY_LEN, PutItem, ReplicaDesc, Reply, Request,
     StartResult, WriteConfig, code,
@@ -222,7 +222,6 @@ impl Shared {
         }
     }
 
-    /// Reads `keys`; `dst(i, size)` gives the destination address for key `i` (or a code).
     /// Looks `keys` up, granting read leases: the lease (ms) and one result per key, or the
     /// code the whole call failed with.
     fn lookup(&self, keys: &[&str]) -> Result<(u64, Vec<GetResult>), i32> {
@@ -254,10 +253,14 @@ impl Shared {
         }
     }
 
+    /// Reads `keys`; `dst(i, size)` gives the destination address for key `i` (or a code).
+    /// `fresh`: the destinations are memory just allocated for the values, whose pages are
+    /// populated before or alongside the transfer (see [`populate_behind`]).
     pub(crate) fn get_chunk(
         &self,
         keys: &[&str],
         dst: &mut dyn FnMut(usize, u64) -> Result<u64, i32>,
+        fresh: bool,
         out: &mut [i64],
     ) {
         let t0 = Instant::now();
@@ -319,10 +322,17 @@ impl Shared {
                 }
             }
         }
+        if fresh {
+            copies.iter().for_each(|c| prefault_write(c.dst, c.len));
+        }
         // SAFETY: sources lie in our own live segment, in complete versions we hold a read on;
         // destinations are caller memory of at least `len` writable bytes (`dst`'s contract).
         unsafe { copy_all(&copies) };
-        match self.run_batch(&reqs, bytes) {
+        let fresh_dst: Vec<(u64, u64)> = match fresh {
+            true => reqs.iter().map(|r| (r.local, r.len)).collect(),
+            false => Vec::new(),
+        };
+        match populate_behind(&fresh_dst, || self.run_batch(&reqs, bytes)) {
             BatchEnd::Done(ok) => {
                 for (j, done) in ok.into_iter().enumerate() {
                     if !done {
@@ -452,7 +462,7 @@ impl StoreClient {
                     Ok(c[i].1)
                 }
             };
-            self.shared.get_chunk(&keys, &mut dst, o)
+            self.shared.get_chunk(&keys, &mut dst, false, o)
         });
         for (r, i) in sub.into_iter().zip(idx) {
             out[i] = r;

@@ -258,6 +258,50 @@ pub fn prefault_write(addr: u64, len: u64) {
     };
 }
 
+/// Fresh destinations totalling at least this much are populated on a helper thread while the
+/// transfer runs; smaller ones in line (a thread costs more than the faults it would overlap).
+const POPULATE_BEHIND_MIN: u64 = 8 << 20;
+
+/// Step of the helper's walk: small enough to stop soon after the transfer ends.
+const POPULATE_STEP: u64 = 1 << 20;
+
+/// Runs `transfer` (which writes into the fresh memory `ranges`, front to back) while a helper
+/// thread populates the same ranges back to front, so the kernel's page zeroing runs on a second
+/// CPU instead of inside the receive copy: the two meet in the middle, and the helper stops when
+/// `transfer` returns. Below [`POPULATE_BEHIND_MIN`] in all, or on a single CPU, each range is
+/// populated first, in line. Populating never changes a byte (see [`prefault_write`]), so the
+/// race with the writer is harmless.
+pub fn populate_behind<R>(ranges: &[(u64, u64)], transfer: impl FnOnce() -> R) -> R {
+    let total: u64 = ranges.iter().map(|r| r.1).sum();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if total < POPULATE_BEHIND_MIN || cpus < 2 {
+        for &(addr, len) in ranges {
+            prefault_write(addr, len);
+        }
+        return transfer();
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let helper = || {
+        for &(addr, len) in ranges.iter().rev() {
+            let mut end = len;
+            while end > 0 {
+                if done.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                let start = end.saturating_sub(POPULATE_STEP);
+                prefault_write(addr + start, end - start);
+                end = start;
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(helper);
+        let r = transfer();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    })
+}
+
 /// Whether every page of `[addr, addr+len)` is mapped in this process (`mincore` fails with
 /// `ENOMEM` on a hole). Used before touching caller memory the engine does not know, so a bad
 /// address is an `INVALID_PARAMS` result instead of a crash. It cannot see protections: mapped
@@ -303,5 +347,50 @@ mod tests {
         let addr = m.addr();
         drop(m);
         assert!(!range_mapped(addr, 4096));
+    }
+
+    /// Whether the page holding `addr` is resident.
+    fn resident(addr: u64) -> bool {
+        let mut v = [0u8; 1];
+        // SAFETY: mincore reads page tables for one page and writes one byte into `v`.
+        let r = unsafe { libc::mincore((addr & !4095) as *mut libc::c_void, 4096, v.as_mut_ptr()) };
+        r == 0 && v[0] & 1 == 1
+    }
+
+    #[test]
+    fn populating_behind_a_writer_keeps_every_byte() {
+        let len = POPULATE_BEHIND_MIN as usize * 2;
+        let m = Mapped::new(len).unwrap();
+        let last = m.addr() + len as u64 - 1;
+        assert!(!resident(last), "a fresh mapping starts unpopulated");
+        let seen_tail = populate_behind(&[(m.addr(), len as u64)], || {
+            // SAFETY: the mapping is ours, live and `len` bytes long; the helper only populates.
+            let buf = unsafe { std::slice::from_raw_parts_mut(m.addr() as *mut u8, len) };
+            buf[len - 4096..].fill(0xA5); // written before the helper can reach it
+            let half = len / 2;
+            for (i, b) in buf[..half].iter_mut().enumerate() {
+                *b = i as u8;
+            }
+            // Front half written by us; the back half must get populated by someone else.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !resident(m.addr() + half as u64 + 4096) && std::time::Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            resident(m.addr() + half as u64 + 4096)
+        });
+        assert!(seen_tail, "the pages behind the writer were populated");
+        // SAFETY: as above; the helper has stopped (populate_behind returned).
+        let buf = unsafe { std::slice::from_raw_parts(m.addr() as *const u8, len) };
+        assert!(
+            buf[len - 4096..].iter().all(|&b| b == 0xA5),
+            "populating clobbered bytes"
+        );
+        assert!(
+            buf[..len / 2]
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == i as u8)
+        );
+        assert!(buf[len / 2..len - 4096].iter().all(|&b| b == 0));
     }
 }
