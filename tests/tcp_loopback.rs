@@ -586,4 +586,32 @@ fn submit_and_wait_moves_large_batches_on_the_caller() {
         "every written byte landed"
     );
     a.free_batch(batch).unwrap();
+
+    // Many slices: a waited READ sends all its headers before reading any reply, so the peer
+    // blocks on replies while headers are still arriving. 1024 (the most sent this way) and
+    // 1500 (queued for the lanes) 64 KiB slices both complete with every byte.
+    for n in [1024usize, 1500] {
+        const SMALL: usize = 64 << 10;
+        let remote = Buf::pattern(n * SMALL, 23);
+        let local = Buf::new(n * SMALL, 0);
+        b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+            .unwrap();
+        a.register_memory(local.addr(), local.len(), "cpu:0", true)
+            .unwrap();
+        let reqs = strided_requests(
+            Opcode::Read,
+            &local,
+            seg,
+            remote.addr(),
+            n as u64,
+            SMALL as u64,
+        );
+        let batch = a.alloc_batch(n).unwrap();
+        a.submit_and_wait(batch, &reqs, Some(Duration::from_secs(20)))
+            .unwrap();
+        assert!(local.0 == remote.0, "{n} slices: every byte read");
+        a.free_batch(batch).unwrap();
+        a.unregister_memory(local.addr()).unwrap();
+        b.unregister_memory(remote.addr()).unwrap();
+    }
 }
