@@ -71,6 +71,44 @@ fn in_process_peer_uses_memcpy_with_owner_checks() {
     assert!(a.wait_batch(batch, Some(Duration::from_secs(5))).is_err());
 }
 
+#[test]
+fn in_process_batches_over_the_streaming_threshold_copy_every_byte() {
+    // 24 MiB in all (streaming stores), at offsets that are not 64-byte aligned.
+    let (a, b) = (on(), on());
+    const PART: usize = (6 << 20) + 13;
+    let remote = Buf::pattern(4 * PART + 64, 5);
+    b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+        .unwrap();
+    let local = Buf::new(4 * PART + 64, 0);
+    a.register_memory(local.addr(), local.len(), "cpu:0", true)
+        .unwrap();
+    let seg = a.open_segment(b.name()).unwrap();
+    assert_eq!(a.segment_path(seg).unwrap(), "in-process");
+    let reqs: Vec<Request> = (0..4)
+        .map(|i| Request {
+            op: Opcode::Read,
+            local: local.addr() + 3 + (i * PART) as u64,
+            segment: seg,
+            remote: remote.addr() + 7 + (i * PART) as u64,
+            len: PART as u64,
+        })
+        .collect();
+    let batch = a.alloc_batch(4).unwrap();
+    a.submit(batch, &reqs).unwrap();
+    a.wait_batch(batch, Some(Duration::from_secs(20))).unwrap();
+    assert_eq!(
+        local.0[..3],
+        [0, 0, 0],
+        "nothing before the first destination"
+    );
+    assert!(local.0[3..3 + 4 * PART] == remote.0[7..7 + 4 * PART]);
+    assert!(
+        local.0[3 + 4 * PART..].iter().all(|&x| x == 0),
+        "nothing after"
+    );
+    a.free_batch(batch).unwrap();
+}
+
 /// Child role: an engine with a pattern buffer; prints `READY name addr len`, serves until
 /// stdin closes.
 #[test]

@@ -174,7 +174,8 @@ const PARALLEL_MIN: u64 = 8 << 20;
 const PIECE: u64 = 2 << 20;
 
 /// Performs every copy; large totals are split over a few scoped threads (memory bandwidth of
-/// one core is the limit of a single-process store otherwise).
+/// one core is the limit of a single-process store otherwise) and written with streaming
+/// stores (see `memory::raw::STREAM_MIN_TOTAL`).
 ///
 /// # Safety
 /// Each source is readable and each destination writable for `len` bytes for the duration of
@@ -185,12 +186,11 @@ pub unsafe fn copy_all(copies: &[Copy]) {
         .map(|n| n.get())
         .unwrap_or(1)
         .min(4);
+    let stream = total >= crate::memory::raw::STREAM_MIN_TOTAL;
     if total < PARALLEL_MIN || threads < 2 {
         for c in copies {
             // SAFETY: per this function's contract.
-            unsafe {
-                std::ptr::copy_nonoverlapping(c.src as *const u8, c.dst as *mut u8, c.len as usize)
-            };
+            unsafe { crate::memory::raw::copy(c.src, c.dst, c.len as usize, stream) };
         }
         return;
     }
@@ -213,9 +213,7 @@ pub unsafe fn copy_all(copies: &[Copy]) {
             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let Some(c) = pieces.get(i) else { break };
             // SAFETY: a piece of a copy allowed by this function's contract; pieces are disjoint.
-            unsafe {
-                std::ptr::copy_nonoverlapping(c.src as *const u8, c.dst as *mut u8, c.len as usize)
-            };
+            unsafe { crate::memory::raw::copy(c.src, c.dst, c.len as usize, stream) };
         }
     };
     std::thread::scope(|s| {

@@ -27,8 +27,8 @@ impl MemCopy {
         }
     }
 
-    fn copy_slice(&self, owner: &Registry, access: Access, s: &Slice) -> Result<u64> {
-        copy(&self.mine, owner, access, s.op, s.local, s.remote, s.len).map(|_| s.len)
+    fn copy_slice(&self, owner: &Registry, access: Access, s: &Slice, stream: bool) -> Result<u64> {
+        copy(&self.mine, owner, access, s, stream).map(|_| s.len)
     }
 }
 
@@ -42,10 +42,11 @@ impl Transport for MemCopy {
 
     fn submit_all(&self, slices: Vec<Slice>) {
         let owner = self.owner.as_ref().map(Weak::upgrade);
+        let stream = slices.iter().map(|s| s.len).sum::<u64>() >= raw::STREAM_MIN_TOTAL;
         for s in slices {
             let res = match &owner {
-                None => self.copy_slice(&self.mine, Access::Local, &s),
-                Some(Some(o)) => self.copy_slice(o, Access::Remote, &s),
+                None => self.copy_slice(&self.mine, Access::Local, &s, stream),
+                Some(Some(o)) => self.copy_slice(o, Access::Remote, &s, stream),
                 Some(None) => {
                     s.done.finish(Err(ErrorKind::Socket));
                     continue;
@@ -63,16 +64,10 @@ impl Transport for MemCopy {
 /// (this engine again for the local segment, or a peer engine of this process). The remote range
 /// is checked with `access` rules; with `Access::Remote` a refusal reads as the owner's
 /// rejection, exactly as its TCP server would answer, and the owner's `unregister` waits for the
-/// copy. GPU memory on either side is copied by the CUDA driver.
-pub fn copy(
-    mine: &Registry,
-    owner: &Registry,
-    access: Access,
-    op: Opcode,
-    local: u64,
-    remote: u64,
-    len: u64,
-) -> Result<()> {
+/// copy. GPU memory on either side is copied by the CUDA driver. `stream`: the slice belongs to
+/// a batch large enough for streaming stores ([`raw::STREAM_MIN_TOTAL`]).
+fn copy(mine: &Registry, owner: &Registry, access: Access, s: &Slice, stream: bool) -> Result<()> {
+    let (op, local, remote, len) = (s.op, s.local, s.remote, s.len);
     let a = mine.check_place(local, len, Access::Local)?;
     let (src, dst) = match op {
         Opcode::Read => (remote, local),
@@ -84,7 +79,7 @@ pub fn copy(
         }
         // SAFETY: both ranges were just checked against their owners' registries, and the
         // owner's stays registered until this copy returns (its registry is read-locked).
-        unsafe { raw::copy(src, dst, len as usize) };
+        unsafe { raw::copy(src, dst, len as usize, stream) };
         Ok(())
     };
     match access {

@@ -176,7 +176,7 @@ impl SharedRoute {
 
     /// Copies `s` through the mapping when it lies in one open shared buffer; `false` leaves it
     /// to the fallback route.
-    fn try_copy(&self, s: &Slice) -> bool {
+    fn try_copy(&self, s: &Slice, stream: bool) -> bool {
         if s.gpu.is_some() {
             return false;
         }
@@ -203,7 +203,7 @@ impl SharedRoute {
         // above: it cannot close it without waiting for us to leave), sealed against shrinking;
         // `s.local` was checked against our registry at submit and stays registered until the
         // slice completes.
-        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, s.len as usize) };
+        unsafe { crate::memory::raw::copy(src, dst, s.len as usize, stream) };
         slot.users.fetch_sub(1, SeqCst);
         true
     }
@@ -216,8 +216,10 @@ impl Transport for SharedRoute {
 
     fn submit_all(&self, slices: Vec<Slice>) {
         let mut rest = Vec::new();
+        let stream =
+            slices.iter().map(|s| s.len).sum::<u64>() >= crate::memory::raw::STREAM_MIN_TOTAL;
         for s in slices {
-            if self.try_copy(&s) {
+            if self.try_copy(&s, stream) {
                 let len = s.len;
                 s.done.finish(Ok(len));
             } else {
