@@ -5,11 +5,13 @@
 //! - `loopback`   start a target child process and run a sweep against it (`make bench`)
 //! - `demo`       two processes, loopback TCP, every byte verified (`make run`)
 //! - `soak`       verified traffic against a target restarted every 30 s; flat RSS/fds/threads?
+//! - `handoff`    how fast one CPU's writes reach another (a limit of every loopback transfer)
 
 mod args;
 mod bench;
 mod child;
 mod demo;
+mod handoff;
 mod pattern;
 mod procstat;
 mod soak;
@@ -40,6 +42,10 @@ commands:
   soak        mixed READ/WRITE batches (4 KiB..4 MiB blocks, every byte verified) from several
               threads against a target process restarted every 30 s; prints RSS, open fds and
               threads of the initiator and the target each minute, totals, and a verdict
+  handoff     no engine: one thread pinned to a CPU copies blocks into a ring, another on a
+              second CPU copies them out; prints GB/s per interval and the median
+              (--block-size, default 256K; --duration, default 6s; --interval, default 0.5s;
+              --cpus A,B, default 0,1). Every loopback transfer pays this handoff.
   initiator   run against a running target (needs --segment, --remote-addr, --remote-size)
   target      serve a pattern-filled buffer; prints
               READY segment=<name> addr=<addr> size=<len> pid=<pid> [shared=<addr>]
@@ -101,6 +107,7 @@ fn main() {
         Some("loopback") => loopback(&argv[1..]),
         Some("demo") => demo::main(&argv[1..]),
         Some("soak") => soak::main(&argv[1..]),
+        Some("handoff") => handoff::main(&argv[1..]),
         Some(other) => Err(UsageError(format!("unknown command {other:?}"))),
     };
     match code {
