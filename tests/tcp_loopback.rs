@@ -587,18 +587,18 @@ fn submit_and_wait_moves_large_batches_on_the_caller() {
     );
     a.free_batch(batch).unwrap();
 
-    // Many slices: a waited READ sends all its headers before reading any reply, so the peer
-    // blocks on replies while headers are still arriving. 1024 (the most sent this way) and
-    // 1500 (queued for the lanes) 64 KiB slices both complete with every byte.
-    for n in [1024usize, 1500] {
-        const SMALL: usize = 64 << 10;
+    // Many slices: a waited READ sends its headers in runs of 1024 and reads a run's replies
+    // only after sending the next, so the peer blocks on replies while headers keep arriving.
+    // One run, a run and a half, and five runs of 16 KiB slices complete with every byte.
+    for n in [1024usize, 1500, 5000] {
+        const SMALL: usize = 16 << 10;
         let remote = Buf::pattern(n * SMALL, 23);
-        let local = Buf::new(n * SMALL, 0);
+        let mut local = Buf::new(n * SMALL, 0);
         b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
             .unwrap();
         a.register_memory(local.addr(), local.len(), "cpu:0", true)
             .unwrap();
-        let reqs = strided_requests(
+        let mut reqs = strided_requests(
             Opcode::Read,
             &local,
             seg,
@@ -606,10 +606,27 @@ fn submit_and_wait_moves_large_batches_on_the_caller() {
             n as u64,
             SMALL as u64,
         );
+        // In the third run of the largest batch, one request the peer refuses.
+        let refused = (n == 5000).then_some(2500);
+        if let Some(i) = refused {
+            reqs[i].remote = hidden.addr();
+        }
         let batch = a.alloc_batch(n).unwrap();
-        a.submit_and_wait(batch, &reqs, Some(Duration::from_secs(20)))
-            .unwrap();
-        assert!(local.0 == remote.0, "{n} slices: every byte read");
+        let r = a.submit_and_wait(batch, &reqs, Some(Duration::from_secs(20)));
+        match refused {
+            None => r.unwrap(),
+            Some(i) => {
+                assert_eq!(r.unwrap_err().kind(), ErrorKind::Rejected);
+                assert_eq!(
+                    a.task_status(batch, i).unwrap().error,
+                    Some(ErrorKind::Rejected)
+                );
+                assert!(local.0[i * SMALL..(i + 1) * SMALL].iter().all(|&x| x == 0));
+                local.0[i * SMALL..(i + 1) * SMALL]
+                    .copy_from_slice(&remote.0[i * SMALL..(i + 1) * SMALL]);
+            }
+        }
+        assert!(local.0 == remote.0, "{n} slices: every other byte read");
         a.free_batch(batch).unwrap();
         a.unregister_memory(local.addr()).unwrap();
         b.unregister_memory(remote.addr()).unwrap();

@@ -76,3 +76,26 @@ pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) {
         }
     }
 }
+
+/// Sends a READ batch whose caller waits for it on `lane` (whose sending half `tx` the caller
+/// holds) in runs of [`WAITED_INLINE_READ_RUN`] requests, and reads each run's replies on the
+/// calling thread once the next run is sent: the peer always has requests queued, and never
+/// more unread replies than two runs (see the constant for why that bounds the headers in
+/// flight).
+pub(super) fn read_in_runs(sh: &Shared, lane: usize, tx: &mut send::LaneTx, slices: Vec<Slice>) {
+    let mut slices = slices.into_iter();
+    let mut unread: Option<Vec<(Slice, VmSent)>> = None;
+    loop {
+        let mut run: Vec<Slice> = slices.by_ref().take(WAITED_INLINE_READ_RUN).collect();
+        if run.is_empty() {
+            break;
+        }
+        let mine = tx.send_collect(sh, lane, &mut run, true);
+        if let Some(prev) = unread.replace(mine) {
+            receive(sh, &mut [(lane, &tx.expect, prev.into_iter())]);
+        }
+    }
+    if let Some(last) = unread {
+        receive(sh, &mut [(lane, &tx.expect, last.into_iter())]);
+    }
+}
