@@ -216,9 +216,15 @@ def buffer_address(obj, length=None):
     return addr, size, keep
 
 
+# Typecode of unsigned 64-bit array items: "L" where C long is 64 bits (LP64), because CPython
+# converts a multi-digit int to unsigned long about twice as fast as to unsigned long long
+# (32,768 addresses: 0.42 vs 1.02 ms); "Q" elsewhere.
+U64 = "L" if array("L").itemsize == 8 else "Q"
+
+
 def _size_array(values):
     """A ``size_t[n]`` ctypes array (and its backing store) built from ints at C speed."""
-    words = array("Q", values)
+    words = array(U64, values)
     n = len(words)
     return ((c_size_t * n).from_buffer(words) if n else None), words
 
@@ -251,16 +257,16 @@ class RequestArray:
         if _LITTLE_LP64:
             # Four 64-bit words per request: (opcode | segment << 32), local, remote, length.
             head = (opcode & 0xFFFFFFFF) | ((segment & 0xFFFFFFFF) << 32)
-            words = array("Q", (head, 0, 0, 0)) * n
-            words[1::4] = array("Q", local_addrs)
-            words[2::4] = array("Q", remote_addrs)
+            words = array(U64, (head, 0, 0, 0)) * n
+            words[1::4] = array(U64, local_addrs)
+            words[2::4] = array(U64, remote_addrs)
             first = lengths[0] if n else 0
             if n > 16 and type(first) is int and lengths.count(first) == n:
                 # Uniform lengths (the common case): no per-element conversion.
-                words[3::4] = array("Q", (first,)) * n
+                words[3::4] = array(U64, (first,)) * n
                 total = first * n
             else:
-                lens = array("Q", lengths)
+                lens = array(U64, lengths)
                 words[3::4] = lens
                 total = sum(lens)
             self._words = words
@@ -790,9 +796,9 @@ class Engine(_Owned):
         :class:`Registration` objects. ``ranges``: ``(address, length)`` pairs of ints."""
         ranges = list(ranges)
         n = len(ranges)
-        words = array("Q", (0, 0)) * n
-        words[0::2] = array("Q", (r[0] for r in ranges))
-        words[1::2] = array("Q", (r[1] for r in ranges))
+        words = array(U64, (0, 0)) * n
+        words[0::2] = array(U64, (r[0] for r in ranges))
+        words[1::2] = array(U64, (r[1] for r in ranges))
         bufs = (_CBuffer * n).from_buffer(words) if n else None
         check(self._lib.tw_memory_register_batch(self._handle(), bufs, n, location.encode()))
         return [Registration(self, a, ln, location, True, None) for a, ln in ranges]

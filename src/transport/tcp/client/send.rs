@@ -334,15 +334,25 @@ pub(super) fn send_batch(
     }
     // WRITE payloads in GPU memory: (position in `iov`, device, address, length).
     let mut staged: Vec<(usize, u32, u64, usize)> = Vec::new();
-    for (s, h) in batch.iter().zip(headers.iter()) {
-        iov.push(IoSlice::new(h));
+    // Consecutive headers with no payload between them go out as one iovec (a READ batch is
+    // one): the kernel's per-segment cost dominated 24-byte iovecs.
+    let flat = headers.as_flattened();
+    let mut unsent = 0;
+    for (i, s) in batch.iter().enumerate() {
         if s.op == Opcode::Write && !vm(s) {
+            iov.push(IoSlice::new(
+                &flat[unsent * HEADER_LEN..(i + 1) * HEADER_LEN],
+            ));
+            unsent = i + 1;
             match s.gpu {
                 Some(dev) => staged.push((iov.len(), dev, s.local, s.len as usize)),
                 // SAFETY: the local range was checked against the registry at submit time.
                 None => iov.push(IoSlice::new(unsafe { raw::bytes(s.local, s.len as usize) })),
             }
         }
+    }
+    if unsent < batch.len() {
+        iov.push(IoSlice::new(&flat[unsent * HEADER_LEN..]));
     }
     let mut v1_writes = Vec::new();
     for s in batch.drain(..) {
