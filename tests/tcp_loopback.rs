@@ -632,3 +632,65 @@ fn submit_and_wait_moves_large_batches_on_the_caller() {
         b.unregister_memory(remote.addr()).unwrap();
     }
 }
+
+#[test]
+fn interleaved_reads_and_writes_in_one_batch_land_where_they_should() {
+    // READ headers travel together between WRITE payloads; every byte is checked, through the
+    // lane threads (`submit`) and on the caller (`submit_and_wait`).
+    let (a, b) = (engine_with(&[("tcp_spread", "off")]), engine());
+    const BLK: usize = 64 << 10;
+    let ops = "RRWRWWRRRWRW";
+    let n = ops.len();
+    let seg = a.open_segment(b.name()).unwrap();
+    for waited in [false, true] {
+        let remote = Buf::pattern(n * BLK, 31);
+        let before = remote.0.clone();
+        let src = Buf::pattern(n * BLK, 32);
+        let dst = Buf::new(n * BLK, 0);
+        b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
+            .unwrap();
+        a.register_memory(src.addr(), src.len(), "cpu:0", true)
+            .unwrap();
+        a.register_memory(dst.addr(), dst.len(), "cpu:0", true)
+            .unwrap();
+        let reqs: Vec<Request> = ops
+            .chars()
+            .enumerate()
+            .map(|(i, c)| Request {
+                op: if c == 'R' {
+                    Opcode::Read
+                } else {
+                    Opcode::Write
+                },
+                local: if c == 'R' { dst.addr() } else { src.addr() } + (i * BLK) as u64,
+                segment: seg,
+                remote: remote.addr() + (i * BLK) as u64,
+                len: BLK as u64,
+            })
+            .collect();
+        let batch = a.alloc_batch(n).unwrap();
+        if waited {
+            a.submit_and_wait(batch, &reqs, Some(Duration::from_secs(20)))
+                .unwrap();
+        } else {
+            a.submit(batch, &reqs).unwrap();
+            a.wait_batch(batch, Some(Duration::from_secs(20))).unwrap();
+        }
+        for (i, c) in ops.chars().enumerate() {
+            let at = i * BLK..(i + 1) * BLK;
+            if c == 'R' {
+                assert!(dst.0[at.clone()] == before[at], "waited={waited}: READ {i}");
+            } else {
+                assert!(
+                    remote.0[at.clone()] == src.0[at],
+                    "waited={waited}: WRITE {i}"
+                );
+            }
+        }
+        a.free_batch(batch).unwrap();
+        for addr in [src.addr(), dst.addr()] {
+            a.unregister_memory(addr).unwrap();
+        }
+        b.unregister_memory(remote.addr()).unwrap();
+    }
+}
