@@ -7,6 +7,7 @@
 //! time, whatever the processes do).
 
 use crate::args::{self, UsageError};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -56,9 +57,9 @@ pub fn main(argv: &[String]) -> Result<i32, UsageError> {
             }
             if mark.elapsed() >= every {
                 let gbps = moved as f64 / mark.elapsed().as_secs_f64() / 1e9;
-                print!("{gbps:.1} ");
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
+                // A closed stdout (`| head`) ends nothing: the run and its summary go on.
+                let mut out = std::io::stdout();
+                let _ = write!(out, "{gbps:.1} ").and_then(|_| out.flush());
                 rates.push(gbps);
                 (mark, moved) = (Instant::now(), 0);
             }
@@ -67,14 +68,15 @@ pub fn main(argv: &[String]) -> Result<i32, UsageError> {
     });
     rates.sort_by(f64::total_cmp);
     let q = |f: f64| rates.get(((rates.len() - 1) as f64 * f) as usize).copied();
-    match (q(0.0), q(0.5), q(1.0)) {
-        (Some(lo), Some(mid), Some(hi)) => println!(
-            "\nhandoff CPU {from} -> CPU {to}, {} KiB blocks: median {mid:.2} GB/s \
+    let summary = match (q(0.0), q(0.5), q(1.0)) {
+        (Some(lo), Some(mid), Some(hi)) => format!(
+            "handoff CPU {from} -> CPU {to}, {} KiB blocks: median {mid:.2} GB/s \
              (intervals {lo:.1}-{hi:.1})",
             block >> 10
         ),
-        _ => println!("\nno interval completed"),
-    }
+        _ => "no interval completed".to_string(),
+    };
+    let _ = writeln!(std::io::stdout(), "\n{summary}");
     Ok(0)
 }
 
