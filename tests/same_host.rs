@@ -152,7 +152,7 @@ fn cross_process_peer_uses_process_vm_with_owner_checks() {
         f[3].parse::<u64>().unwrap(),
     );
     let a = on();
-    let local = Buf::new(rlen as usize, 0);
+    let mut local = Buf::new(rlen as usize, 0);
     a.register_memory(local.addr(), local.len(), "cpu:0", true)
         .unwrap();
     let seg = a.open_segment(&name).unwrap();
@@ -175,6 +175,29 @@ fn cross_process_peer_uses_process_vm_with_owner_checks() {
         Buf::pattern(rlen as usize, 7).0,
         "bytes read from the other process"
     );
+    // A waited READ of more requests than one run of headers (1024), each large enough for the
+    // same-host copy: two runs of approvals are outstanding at a time, and every byte arrives.
+    const PIECE: u64 = 64 << 10;
+    let pieces = rlen / PIECE;
+    local.0.fill(0);
+    let many: Vec<Request> = (0..2100)
+        .map(|i| Request {
+            op: Opcode::Read,
+            local: local.addr() + (i % pieces) * PIECE,
+            segment: seg,
+            remote: raddr + (i % pieces) * PIECE,
+            len: PIECE,
+        })
+        .collect();
+    let big = a.alloc_batch(many.len()).unwrap();
+    a.submit_and_wait(big, &many, Some(Duration::from_secs(20)))
+        .unwrap();
+    assert_eq!(
+        local.0,
+        Buf::pattern(rlen as usize, 7).0,
+        "2100 same-host READs"
+    );
+    a.free_batch(big).unwrap();
     // Owner-side validation still applies.
     a.submit(
         batch,

@@ -463,22 +463,12 @@ impl Peer {
         let (bytes, gpu, writes) = slices.iter().fold((0u64, false, false), |(b, g, w), s| {
             (b + s.len, g || s.gpu.is_some(), w || s.op == Opcode::Write)
         });
-        let inline_max = match slices.first() {
-            Some(s) if !sh.cfg.spread && s.done.caller_waits() => {
-                if writes {
-                    WAITED_INLINE_WRITE_BYTES
-                } else {
-                    WAITED_INLINE_READ_BYTES
-                }
-            }
-            _ => INLINE_MAX_BYTES,
-        };
-        let waited_read =
-            !sh.cfg.spread && !writes && slices.first().is_some_and(|s| s.done.caller_waits());
-        let max_slices = if waited_read {
-            usize::MAX
-        } else {
-            sh.cfg.gather
+        let waited = !sh.cfg.spread && slices.first().is_some_and(|s| s.done.caller_waits());
+        let waited_read = waited && !writes;
+        let (inline_max, max_slices) = match (waited, writes) {
+            (true, false) => (WAITED_INLINE_READ_BYTES, usize::MAX),
+            (true, true) => (WAITED_INLINE_WRITE_BYTES, sh.cfg.gather),
+            (false, _) => (INLINE_MAX_BYTES, sh.cfg.gather),
         };
         if !gpu && bytes <= inline_max && slices.len() <= max_slices && sh.queue.is_empty() {
             let spread = sh.cfg.spread && bytes >= SPREAD_MIN_BYTES && slices.len() > 1;
