@@ -281,15 +281,13 @@ pub fn populate_behind<R>(ranges: &[(u64, u64)], transfer: impl FnOnce() -> R) -
     let done = std::sync::atomic::AtomicBool::new(false);
     let helper = || {
         for &(addr, len) in ranges.iter().rev() {
-            // Steps end on absolute multiples of the step (page-aligned), so no page is lost
-            // between two steps to `prefault_write` rounding each one inward.
-            let mut end = addr.saturating_add(len);
-            while end > addr {
+            let mut end = len;
+            while end > 0 {
                 if done.load(std::sync::atomic::Ordering::Relaxed) {
                     return;
                 }
-                let start = ((end - 1) & !(POPULATE_STEP - 1)).max(addr);
-                prefault_write(start, end - start);
+                let start = end.saturating_sub(POPULATE_STEP);
+                prefault_write(addr + start, end - start);
                 end = start;
             }
         }
