@@ -245,8 +245,6 @@ pub(super) fn handle_reply(sh: &Shared, lane: usize, rx: &mut LaneRx, slice: Sli
     }
 }
 
-/// Reads one reply. `vm`: (peer pid, when the request was sent) for a validate-only request;
-/// `approved` is set once the server approved it (a "copy done" is then owed, whatever follows).
 /// Whether the whole reply to `s` is already in `rb` (a v2 status frame, then a READ's payload
 /// when it is small enough to come through the buffer), so reading it cannot block. Same-host
 /// replies are never counted as whole: their copy follows.
@@ -261,6 +259,8 @@ fn reply_buffered(v2: bool, same_host: bool, rb: &RecvBuf, s: &Slice) -> bool {
     need > 0 && rb.available() >= need
 }
 
+/// Reads one reply. `vm`: (peer pid, when the request was sent) for a validate-only request;
+/// `approved` is set once the server approved it (a "copy done" is then owed, whatever follows).
 fn read_reply(
     v2: bool,
     vm: Option<(u32, Instant)>,
