@@ -544,10 +544,7 @@ fn submit_and_wait_moves_large_batches_on_the_caller() {
         .unwrap();
     let local = Buf::new(N * BLK, 0);
     let src = Buf::pattern(4 * BLK, 22);
-    a.register_memory(local.addr(), local.len(), "cpu:0", true)
-        .unwrap();
-    a.register_memory(src.addr(), src.len(), "cpu:0", true)
-        .unwrap();
+    share(&a, &[&local, &src]);
     let seg = a.open_segment(b.name()).unwrap();
     let mut reqs = strided_requests(
         Opcode::Read,
@@ -594,10 +591,8 @@ fn submit_and_wait_moves_large_batches_on_the_caller() {
         const SMALL: usize = 16 << 10;
         let remote = Buf::pattern(n * SMALL, 23);
         let mut local = Buf::new(n * SMALL, 0);
-        b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
-            .unwrap();
-        a.register_memory(local.addr(), local.len(), "cpu:0", true)
-            .unwrap();
+        share(&b, &[&remote]);
+        share(&a, &[&local]);
         let mut reqs = strided_requests(
             Opcode::Read,
             &local,
@@ -647,12 +642,8 @@ fn interleaved_reads_and_writes_in_one_batch_land_where_they_should() {
         let before = remote.0.clone();
         let src = Buf::pattern(n * BLK, 32);
         let dst = Buf::new(n * BLK, 0);
-        b.register_memory(remote.addr(), remote.len(), "cpu:0", true)
-            .unwrap();
-        a.register_memory(src.addr(), src.len(), "cpu:0", true)
-            .unwrap();
-        a.register_memory(dst.addr(), dst.len(), "cpu:0", true)
-            .unwrap();
+        share(&b, &[&remote]);
+        share(&a, &[&src, &dst]);
         let reqs: Vec<Request> = ops
             .chars()
             .enumerate()

@@ -65,6 +65,13 @@ impl Buf {
     }
 }
 
+/// Registers each buffer with `e` as host memory its peers may read and write.
+pub fn share(e: &Engine, bufs: &[&Buf]) {
+    for b in bufs {
+        e.register_memory(b.addr(), b.len(), "cpu:0", true).unwrap();
+    }
+}
+
 /// An engine whose peers are reached over TCP only (the same-host shortcuts off), so that tests
 /// of the wire path really use the wire.
 pub fn engine() -> Engine {
