@@ -70,7 +70,8 @@ fn split_by_bytes(slices: Vec<Slice>, bytes: u64, parts: usize) -> Vec<Vec<Slice
 /// enough (or the caller waits for them anyway), carry no GPU memory (staging runs on a lane's
 /// own stream and buffers, never on the application's thread), nothing is queued and a lane is
 /// idle; spread over every idle lane when they are large enough to gain from it. Gives them
-/// back (`Err`) to be queued for the lanes otherwise.
+/// back (`Err`) to be queued for the lanes otherwise, and a large waited READ also while the
+/// peer's [`pace::ReadPace`] says the caller has lately been reading slowly.
 pub(super) fn try_submit(sh: &Shared, slices: Vec<Slice>) -> Result<(), Vec<Slice>> {
     let (bytes, gpu, writes) = slices.iter().fold((0u64, false, false), |(b, g, w), s| {
         (b + s.len, g || s.gpu.is_some(), w || s.op == Opcode::Write)
@@ -81,7 +82,14 @@ pub(super) fn try_submit(sh: &Shared, slices: Vec<Slice>) -> Result<(), Vec<Slic
         (true, true) => (WAITED_INLINE_WRITE_BYTES, sh.cfg.gather),
         (false, _) => (INLINE_MAX_BYTES, sh.cfg.gather),
     };
-    if gpu || bytes > inline_max || slices.len() > max_slices || !sh.queue.is_empty() {
+    // A large waited READ goes to the lanes for a while after the caller read one slowly.
+    let paced = waited && !writes && bytes >= pace::PACED_MIN_BYTES;
+    if gpu
+        || bytes > inline_max
+        || slices.len() > max_slices
+        || !sh.queue.is_empty()
+        || (paced && !sh.pace.caller_reads(Instant::now()))
+    {
         return Err(slices);
     }
     let spread = sh.cfg.spread && bytes >= SPREAD_MIN_BYTES && slices.len() > 1;
@@ -105,7 +113,12 @@ pub(super) fn try_submit(sh: &Shared, slices: Vec<Slice>) -> Result<(), Vec<Slic
     if waited && !writes {
         // `waited` means one lane (no spread): any number of slices, in runs.
         let (lane, tx) = &mut idle[0];
-        read_in_runs(sh, *lane, tx, slices);
+        let start = Instant::now();
+        let read_here = read_in_runs(sh, *lane, tx, slices);
+        if paced && read_here {
+            let now = Instant::now();
+            sh.pace.record(bytes, now - start, now);
+        }
     } else {
         let parts = split_by_bytes(slices, bytes, idle.len());
         let mine: Vec<_> = idle
@@ -142,8 +155,8 @@ pub(super) type LaneReplies<'a> = (
 /// Reads the replies of every lane in `lanes` on the calling thread. The caller holds each
 /// lane's sending half, so nothing else is posted to those lanes meanwhile; whatever has not
 /// begun to arrive within [`INLINE_WAIT`] of the last progress goes to the receiver threads,
-/// still in order.
-pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) {
+/// still in order. True when every reply was read here.
+pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) -> bool {
     let mut rx: Vec<_> = lanes.iter().map(|(lane, _, _)| sh.lane_rx(*lane)).collect();
     let mut heads: Vec<Option<(Slice, VmSent)>> = lanes.iter_mut().map(|l| l.2.next()).collect();
     let mut deadline = Instant::now() + INLINE_WAIT;
@@ -172,7 +185,7 @@ pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) {
             }
         }
         if fds.is_empty() {
-            return;
+            return true;
         }
         let now = Instant::now();
         if progressed {
@@ -199,27 +212,38 @@ pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) {
             }
         }
     }
+    false
 }
 
 /// Sends a READ batch whose caller waits for it on `lane` (whose sending half `tx` the caller
 /// holds) in runs of [`WAITED_INLINE_READ_RUN`] requests, and reads each run's replies on the
 /// calling thread once the next run is sent: the peer always has requests queued, and never
 /// more unread replies than two runs (see the constant for why that bounds the headers in
-/// flight).
-pub(super) fn read_in_runs(sh: &Shared, lane: usize, tx: &mut send::LaneTx, slices: Vec<Slice>) {
+/// flight). True when every reply was read here (none failed before sending, none handed to
+/// the receiver thread).
+pub(super) fn read_in_runs(
+    sh: &Shared,
+    lane: usize,
+    tx: &mut send::LaneTx,
+    slices: Vec<Slice>,
+) -> bool {
     let mut slices = slices.into_iter();
     let mut unread: Option<Vec<(Slice, VmSent)>> = None;
+    let mut all_here = true;
     loop {
         let mut run: Vec<Slice> = slices.by_ref().take(WAITED_INLINE_READ_RUN).collect();
         if run.is_empty() {
             break;
         }
+        let sent = run.len();
         let mine = tx.send_collect(sh, lane, &mut run, true);
+        all_here &= mine.len() == sent;
         if let Some(prev) = unread.replace(mine) {
-            receive(sh, &mut [(lane, &tx.expect, prev.into_iter())]);
+            all_here &= receive(sh, &mut [(lane, &tx.expect, prev.into_iter())]);
         }
     }
     if let Some(last) = unread {
-        receive(sh, &mut [(lane, &tx.expect, last.into_iter())]);
+        all_here &= receive(sh, &mut [(lane, &tx.expect, last.into_iter())]);
     }
+    all_here
 }

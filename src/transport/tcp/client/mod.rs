@@ -28,6 +28,7 @@
 
 mod done;
 mod inline;
+mod pace;
 mod pool;
 mod reply;
 mod send;
@@ -152,6 +153,8 @@ struct Shared {
     last_submit_ms: AtomicU64,
     /// "Copy done" frames owed to the server (same-host path), and their flusher.
     done: done::DoneState,
+    /// How the caller's recent large READs went (who reads the next ones).
+    pace: pace::ReadPace,
 }
 
 impl Shared {
@@ -346,6 +349,7 @@ impl Peer {
             born: Instant::now(),
             last_submit_ms: AtomicU64::new(0),
             done: done::DoneState::new(lanes),
+            pace: pace::ReadPace::default(),
         });
         let mut peer = Peer {
             shared: shared.clone(),
