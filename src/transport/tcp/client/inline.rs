@@ -82,8 +82,9 @@ pub(super) fn try_submit(sh: &Shared, slices: Vec<Slice>) -> Result<(), Vec<Slic
         (true, true) => (WAITED_INLINE_WRITE_BYTES, sh.cfg.gather),
         (false, _) => (INLINE_MAX_BYTES, sh.cfg.gather),
     };
-    // A large waited READ goes to the lanes for a while after the caller read one slowly.
-    let paced = waited && !writes && bytes >= pace::PACED_MIN_BYTES;
+    // A large waited READ goes to the lanes for a while after the caller read some slowly
+    // (when they can read it in parallel: more than one slice).
+    let paced = waited && !writes && bytes >= pace::PACED_MIN_BYTES && slices.len() > 1;
     if gpu
         || bytes > inline_max
         || slices.len() > max_slices
