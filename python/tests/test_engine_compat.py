@@ -242,6 +242,40 @@ def test_batch_sync_length_mismatch_and_bad_elements(te_pair, mbuf):
     assert a.batch_transfer_async_read(tgt, [la.addr], [rb.addr, rb.addr], [8]) == 0
 
 
+def test_single_request_batches_take_either_path_alike(te_pair, mbuf):
+    """A batch of one request in plain ints goes the single-request way, anything else through
+    the packed array; both move the bytes and refuse the same bad input."""
+    a, b = te_pair
+    la, rb = mbuf(65536), mbuf(65536)
+    assert a.register_memory(la.addr, la.size) == 0
+    assert b.register_memory(rb.addr, rb.size) == 0
+    tgt = b.get_segment_name()
+    src = pattern(4096, seed=3)
+    rb.put(0, src)
+
+    class Addr:  # an int-like that is not an int (as numpy integers are)
+        def __init__(self, v):
+            self.v = v
+
+        def __index__(self):
+            return self.v
+
+    assert a.batch_transfer_sync_read(tgt, [la.addr], [rb.addr], [4096]) == 0
+    assert la.get(0, 4096) == src
+    assert a.batch_transfer_sync_read(tgt, [Addr(la.addr + 4096)], [rb.addr], [4096]) == 0
+    assert la.get(4096, 4096) == src
+    la.put(0, b"one request")
+    assert a.batch_transfer_sync_write(tgt, [la.addr], [rb.addr + 8192], [11]) == 0
+    assert rb.get(8192, 11) == b"one request"
+    for local, remote, length in ((la.addr, rb.addr + rb.size, 8), (la.addr, 1 << 64, 8),
+                                  (la.addr, rb.addr, 1 << 64), (la.addr, rb.addr, -1),
+                                  (-1, rb.addr, 8), (Addr(la.addr), rb.addr + rb.size, 8),
+                                  (la.addr, rb.addr, 8.0)):
+        assert a.batch_transfer_sync_write(tgt, [local], [remote], [length]) == -1, (
+            local, remote, length)
+    assert a.batch_transfer_sync_read("127.0.0.1:1", [la.addr], [rb.addr], [8]) == -1
+
+
 def test_local_segment_by_own_name(te_pair, mbuf):
     a, _ = te_pair
     la = mbuf(65536)
