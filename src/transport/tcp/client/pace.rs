@@ -3,12 +3,14 @@
 //! receiver threads, two streams in parallel (steadier when copying out of socket buffers is
 //! slow: then a second reader does what one cannot).
 //!
-//! Each peer keeps a moving average of how fast the caller read its recent large READs. Slow
-//! batches in a row (each under [`SLOW_FRACTION`] of that average, [`SLOW_BYTES`] in all) send
+//! Each peer keeps the caller's typical rate for its recent large READs: bytes over seconds of
+//! about the last [`TYPICAL_SPAN`] of such reading (older batches fade exponentially). Slow
+//! batches in a row (each under [`SLOW_FRACTION`] of that rate, [`SLOW_BYTES`] in all) send
 //! the following ones to the lanes for [`LANES_HOLD`]; the first one after that is read by the
-//! caller again, which measures afresh. Slow batches enter the average too (weighted by the
-//! time they took), so a peer that became slower for good counts as normal after about a
-//! minute of such probes (a few seconds of slow reading in all) and stays with the caller.
+//! caller again, which measures afresh. Slow batches count too, so a peer that became slower
+//! for good counts as normal after about a minute of such probes (a few seconds of slow reading
+//! in all) and stays with the caller. Batches that took under [`MIN_TIMED`] (refused at once,
+//! say: no data moved) are not counted, so they cannot make later batches look slow.
 //!
 //! On the 2-CPU VM of `BENCHMARKS.md` the cross-CPU copy rate drops two- to sixfold for seconds
 //! at a time. Alternating 1 s windows with and without this, READ 16 MiB x32, 160 s: median
@@ -23,6 +25,10 @@ use std::time::{Duration, Instant};
 /// a second reader gains on batches that short.
 pub(super) const PACED_MIN_BYTES: u64 = 16 << 20;
 
+/// Batches that took less are not counted (16 MiB takes 1.7 ms at this machine's memcpy speed
+/// of 10 GB/s, and longer over TCP).
+const MIN_TIMED: Duration = Duration::from_millis(1);
+
 /// A batch read at less than this fraction of the typical rate counts as slow.
 const SLOW_FRACTION: f64 = 0.6;
 
@@ -33,8 +39,8 @@ const SLOW_BYTES: u64 = 96 << 20;
 /// How long large READs go to the lanes after a run of slow ones.
 const LANES_HOLD: Duration = Duration::from_secs(1);
 
-/// The typical rate is a moving average over about this much reading time: a batch that
-/// took `t` weighs `1 - exp(-t / TYPICAL_SPAN)`, whatever its size.
+/// The typical rate covers about this much reading time: before a batch that took `t` is
+/// added, what came before is scaled by `exp(-t / TYPICAL_SPAN)`.
 const TYPICAL_SPAN: Duration = Duration::from_secs(4);
 
 /// Per peer: how its recent large READs went when the caller read them.
@@ -45,8 +51,9 @@ pub(super) struct ReadPace {
 
 #[derive(Default)]
 struct PaceState {
-    /// Moving average of the caller's rate (bytes per second), 0 before the first batch.
-    typical: f64,
+    /// Bytes and seconds of the caller's recent large READs, both fading with reading time.
+    recent_bytes: f64,
+    recent_secs: f64,
     /// Bytes of the slow batches in a row so far.
     slow_bytes: u64,
     /// Large READs go to the lanes until then.
@@ -65,9 +72,18 @@ impl ReadPace {
 
     /// Records that the caller read `bytes` in `took`, ending at `now`.
     pub(super) fn record(&self, bytes: u64, took: Duration, now: Instant) {
-        let rate = bytes as f64 / took.as_secs_f64().max(1e-9);
+        if took < MIN_TIMED {
+            return;
+        }
+        let secs = took.as_secs_f64();
+        let rate = bytes as f64 / secs;
         let mut st = self.state();
-        if rate < SLOW_FRACTION * st.typical {
+        let typical = if st.recent_secs > 0.0 {
+            st.recent_bytes / st.recent_secs
+        } else {
+            0.0
+        };
+        if rate < SLOW_FRACTION * typical {
             st.slow_bytes += bytes;
             if st.slow_bytes >= SLOW_BYTES {
                 st.slow_bytes = 0;
@@ -77,12 +93,9 @@ impl ReadPace {
             st.slow_bytes = 0;
         }
         // Slow batches count too, so a peer that became slower for good becomes the norm.
-        st.typical = if st.typical == 0.0 {
-            rate
-        } else {
-            let weight = 1.0 - (-took.as_secs_f64() / TYPICAL_SPAN.as_secs_f64()).exp();
-            st.typical + weight * (rate - st.typical)
-        };
+        let fade = (-secs / TYPICAL_SPAN.as_secs_f64()).exp();
+        st.recent_bytes = st.recent_bytes * fade + bytes as f64;
+        st.recent_secs = st.recent_secs * fade + secs;
     }
 }
 
@@ -131,6 +144,18 @@ mod tests {
         batches(&p, &mut t, 20, 512 << 20, 6.0);
         batches(&p, &mut t, 1, 512 << 20, 2.0);
         assert!(!p.caller_reads(t));
+    }
+
+    #[test]
+    fn a_batch_that_ends_at_once_does_not_make_the_rest_look_slow() {
+        let p = ReadPace::default();
+        let mut t = Instant::now();
+        // 64 MiB "read" in 50 us (refused at once), then ordinary batches.
+        p.record(MIB64, Duration::from_micros(50), t);
+        for i in 0..50 {
+            batches(&p, &mut t, 1, MIB64, 6.0);
+            assert!(p.caller_reads(t), "batch {i}");
+        }
     }
 
     #[test]
