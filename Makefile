@@ -163,6 +163,7 @@ SAN_TESTS ?= --lib --test bad_input --test tcp_loopback --test scatter --test ho
 fuzz:
 	@set -e; cd fuzz; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p corpus/$$t; echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp \
 	  cargo +nightly fuzz run $$t corpus/$$t seeds/$$t -- \
 	    -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096; \
 	done
@@ -174,7 +175,7 @@ fuzz:
 asan:
 	RUSTFLAGS="-Zsanitizer=address" ASAN_OPTIONS=detect_leaks=0:intercept_send=0 \
 	  $(CARGO) +nightly test --release --target $(SAN_TARGET) --target-dir target/asan $(SAN_TESTS)
-	ASAN_OPTIONS=intercept_send=0 $(MAKE) c-tests BUILD_C=target/c_tests_asan \
+	ASAN_OPTIONS=intercept_send=0 LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp $(MAKE) c-tests BUILD_C=target/c_tests_asan \
 	  CFLAGS_TEST="$(CFLAGS_TEST) -fsanitize=address,undefined -fno-omit-frame-pointer"
 
 ## ThreadSanitizer on the concurrency unit tests (latch, channels, id table), then on the TCP
