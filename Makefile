@@ -171,11 +171,13 @@ fuzz:
 ## AddressSanitizer: the Rust tests (nightly) and the C tests (gcc, with UBSan).
 ## intercept_send=0: ASan checks a send's buffer only after the kernel has copied it, so a
 ## WRITE whose reply was read and whose buffer was freed in that window reads as a
-## use-after-free that never touched freed memory. Receive buffers are still checked.
+## use-after-free that never touched freed memory. Receive buffers are still checked, and
+## `make valgrind` checks send buffers when the call is made.
 asan:
 	RUSTFLAGS="-Zsanitizer=address" ASAN_OPTIONS=detect_leaks=0:intercept_send=0 \
 	  $(CARGO) +nightly test --release --target $(SAN_TARGET) --target-dir target/asan $(SAN_TESTS)
-	ASAN_OPTIONS=intercept_send=0 LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp $(MAKE) c-tests BUILD_C=target/c_tests_asan \
+	ASAN_OPTIONS=intercept_send=0 LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp \
+	  $(MAKE) c-tests BUILD_C=target/c_tests_asan \
 	  CFLAGS_TEST="$(CFLAGS_TEST) -fsanitize=address,undefined -fno-omit-frame-pointer"
 
 ## ThreadSanitizer on the concurrency unit tests (latch, channels, id table), then on the TCP
