@@ -33,14 +33,36 @@ fn skip_reason() -> Option<String> {
     }
 }
 
+/// The connect and transfer deadlines of the initiator, in milliseconds.
+#[derive(Clone, Copy)]
+struct Deadlines {
+    connect_ms: u64,
+    transfer_ms: u64,
+}
+
+/// For the fault cases: short, so that every task must fail within a few seconds.
+const FAULT: Deadlines = Deadlines {
+    connect_ms: 2000,
+    transfer_ms: DEADLINE_MS,
+};
+
+/// For the lossy-link cases, where every task must complete. Linux resends a lost SYN after 1,
+/// 3 and 7 s; with 5 % loss each way a connection attempt fails about one time in ten, so a
+/// 2 s connect deadline (two SYNs) fails a lane about once in a hundred connects (seen in CI).
+/// 10 s allows four SYNs; the transfer deadline leaves room for data retransmissions as well.
+const LOSSY: Deadlines = Deadlines {
+    connect_ms: 10_000,
+    transfer_ms: 20_000,
+};
+
 /// An initiator engine living in `ns` (this test's thread moves there), advertising `host`.
-fn initiator(ns: &Netns, host: &str) -> Engine {
+fn initiator(ns: &Netns, host: &str, d: Deadlines) -> Engine {
     ns.enter_this_thread()
         .expect("entering the initiator namespace");
     engine_with(&[
         ("local_server_name", host),
-        ("transfer_timeout_ms", &DEADLINE_MS.to_string()),
-        ("connect_timeout_ms", "2000"),
+        ("transfer_timeout_ms", &d.transfer_ms.to_string()),
+        ("connect_timeout_ms", &d.connect_ms.to_string()),
     ])
 }
 
@@ -83,7 +105,7 @@ struct World {
     _ns: Vec<Netns>,
 }
 
-fn world(tag: &str) -> World {
+fn world(tag: &str, d: Deadlines) -> World {
     let (na, nb, nc) = (
         Netns::new(&format!("{tag}a")).unwrap(),
         Netns::new(&format!("{tag}b")).unwrap(),
@@ -93,7 +115,7 @@ fn world(tag: &str) -> World {
     let ac = Link::new(&na, &nc).unwrap();
     let b = Peer::start(&nb, &ab.addr_b, 32 << 20, 120).unwrap();
     let c = Peer::start(&nc, &ac.addr_b, 32 << 20, 120).unwrap();
-    let e = initiator(&na, &ab.addr_a);
+    let e = initiator(&na, &ab.addr_a, d);
     let seg_b = e.open_segment(&b.segment).unwrap();
     let seg_c = e.open_segment(&c.segment).unwrap();
     World {
@@ -154,7 +176,7 @@ fn row03_frozen_peer_fails_every_task_within_deadline() {
         eprintln!("SKIPPED (no network namespaces): {why}");
         return;
     }
-    let w = world("frz");
+    let w = world("frz", FAULT);
     let local = Buf::new(512 * (64 << 10), 0);
     warm_up(&w, &local);
     w.b.signal(libc::SIGSTOP);
@@ -171,7 +193,7 @@ fn row03_blackholed_peer_fails_every_task_within_deadline() {
         eprintln!("SKIPPED (no network namespaces): {why}");
         return;
     }
-    let w = world("bh");
+    let w = world("bh", FAULT);
     let local = Buf::new(128 * (64 << 10), 0);
     warm_up(&w, &local);
     w.ab.blackhole_from_a(&w.ab.addr_b).unwrap();
@@ -195,7 +217,7 @@ fn killed_peer_fails_every_task_within_deadline() {
         eprintln!("SKIPPED (no network namespaces): {why}");
         return;
     }
-    let w = world("kil");
+    let w = world("kil", FAULT);
     let local = Buf::new(256 * (64 << 10), 0);
     warm_up(&w, &local);
     let b = submit(&w.e, Opcode::Read, &local, w.seg_b, w.b.addr, 256, 64 << 10);
@@ -218,7 +240,7 @@ fn link_down_mid_transfer_fails_every_task_within_deadline() {
         eprintln!("SKIPPED (no network namespaces): {why}");
         return;
     }
-    let w = world("dwn");
+    let w = world("dwn", FAULT);
     let local = Buf::new(32 << 20, 0);
     warm_up(&w, &local);
     let b = submit(&w.e, Opcode::Write, &local, w.seg_b, w.b.addr, 32, 1 << 20);
@@ -254,7 +276,7 @@ fn netem_delay_and_loss_still_complete() {
         );
         return;
     }
-    let w = world("nem");
+    let w = world("nem", LOSSY);
     w.ab.netem_b(&["delay", "20ms", "loss", "5%"]).unwrap();
     lossy_link_transfers(&w);
 }
@@ -278,7 +300,7 @@ fn degraded_link_loss_and_shaping_still_complete() {
         eprintln!("SKIPPED (cannot degrade a link here): {why}");
         return;
     }
-    let w = world("dgr");
+    let w = world("dgr", LOSSY);
     w.ab.degrade(5, "40mbit", "20ms").unwrap();
     let t0 = Instant::now();
     lossy_link_transfers(&w);
@@ -298,7 +320,8 @@ fn degraded_link_loss_and_shaping_still_complete() {
 fn lossy_link_transfers(w: &World) {
     let src = Buf::pattern(4 << 20, 9);
     let b = submit(&w.e, Opcode::Write, &src, w.seg_b, w.b.addr, 64, 64 << 10);
-    let ((ok, _, _), took) = settle(&w.e, b, Duration::from_secs(20));
+    let limit = Duration::from_millis(LOSSY.transfer_ms) + GRACE;
+    let ((ok, _, _), took) = settle(&w.e, b, limit);
     assert_eq!(
         ok, 64,
         "every WRITE completes over the lossy link ({took:?})"
@@ -306,8 +329,11 @@ fn lossy_link_transfers(w: &World) {
     w.e.free_batch(b).unwrap();
     let back = Buf::new(4 << 20, 0);
     let b = submit(&w.e, Opcode::Read, &back, w.seg_b, w.b.addr, 64, 64 << 10);
-    let ((ok, _, _), _) = settle(&w.e, b, Duration::from_secs(20));
-    assert_eq!(ok, 64);
+    let ((ok, _, _), took) = settle(&w.e, b, limit);
+    assert_eq!(
+        ok, 64,
+        "every READ completes over the lossy link ({took:?})"
+    );
     assert!(back.0 == src.0, "bytes intact over the lossy link");
     healthy_peer_unaffected(w, &back);
 }
