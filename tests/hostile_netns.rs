@@ -40,6 +40,13 @@ struct Deadlines {
     transfer_ms: u64,
 }
 
+impl Deadlines {
+    /// How long a test waits for a batch: the transfer deadline plus scheduling slack.
+    fn limit(self) -> Duration {
+        Duration::from_millis(self.transfer_ms) + GRACE
+    }
+}
+
 /// For the fault cases: short, so that every task must fail within a few seconds.
 const FAULT: Deadlines = Deadlines {
     connect_ms: 2000,
@@ -153,7 +160,7 @@ fn healthy_peer_unaffected(w: &World, local: &Buf) {
 
 /// Asserts every task of `b` FAILED within the deadline and that the batch can be freed.
 fn all_failed_in_time(w: &World, b: u64, n: usize, what: &str) {
-    let limit = Duration::from_millis(DEADLINE_MS) + GRACE;
+    let limit = FAULT.limit();
     let ((ok, failed, waiting), took) = settle(&w.e, b, limit + Duration::from_secs(2));
     assert_eq!(
         waiting, 0,
@@ -223,7 +230,7 @@ fn killed_peer_fails_every_task_within_deadline() {
     let b = submit(&w.e, Opcode::Read, &local, w.seg_b, w.b.addr, 256, 64 << 10);
     w.b.signal(libc::SIGKILL);
     healthy_peer_unaffected(&w, &local);
-    let limit = Duration::from_millis(DEADLINE_MS) + GRACE;
+    let limit = FAULT.limit();
     let ((ok, failed, waiting), took) = settle(&w.e, b, limit);
     assert_eq!(
         (waiting, ok + failed),
@@ -247,7 +254,7 @@ fn link_down_mid_transfer_fails_every_task_within_deadline() {
     std::thread::sleep(Duration::from_millis(5));
     w.ab.down_b().unwrap();
     healthy_peer_unaffected(&w, &local);
-    let limit = Duration::from_millis(DEADLINE_MS) + GRACE;
+    let limit = FAULT.limit();
     let ((ok, failed, waiting), took) = settle(&w.e, b, limit);
     assert_eq!(
         (waiting, ok + failed),
@@ -320,7 +327,7 @@ fn degraded_link_loss_and_shaping_still_complete() {
 fn lossy_link_transfers(w: &World) {
     let src = Buf::pattern(4 << 20, 9);
     let b = submit(&w.e, Opcode::Write, &src, w.seg_b, w.b.addr, 64, 64 << 10);
-    let limit = Duration::from_millis(LOSSY.transfer_ms) + GRACE;
+    let limit = LOSSY.limit();
     let ((ok, _, _), took) = settle(&w.e, b, limit);
     assert_eq!(
         ok, 64,
