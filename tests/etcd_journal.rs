@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tidewire::ErrorKind;
 use tidewire::metadata::etcd::EtcdClient;
-use tidewire::metadata::etcd_journal::{Fence, Journal, MAX_VALUE, recover};
+use tidewire::metadata::etcd_journal::{Fence, Journal, MAX_RECORD, MAX_VALUE, recover};
 use tidewire::metadata::etcd_journal_writer::{CompactPolicy, JournalWriter};
 
 fn setup(tag: &str) -> (Etcd, Arc<EtcdClient>, String, Fence) {
@@ -113,15 +113,25 @@ fn a_deposed_writer_is_fenced_off() {
 fn bounds_are_enforced() {
     let (_etcd, c, prefix, fence) = setup("bounds");
     let (mut j, _) = Journal::open(c.clone(), &prefix, fence).unwrap();
-    let too_big = "y".repeat(MAX_VALUE);
+    let too_big = "y".repeat(MAX_RECORD + 1);
     let err = j.append(&[too_big]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    // The largest record that fits goes through etcd's request limit.
+    // The largest record that fits one batch goes through etcd's request limit; a larger one
+    // (a Store object with a 1 MiB key of NULs: each journals as 7 bytes) goes in parts, each
+    // within the limit too, between ordinary batches.
     let fits = "z".repeat(MAX_VALUE - 8);
     j.append(std::slice::from_ref(&fits)).unwrap();
-    assert_eq!(recover(&c, &prefix).unwrap().0.records, vec![fits]);
+    let huge = format!(r#"{{"op":"put","key":"{}"}}"#, "\\u0000".repeat(1 << 20));
+    let after = "after".to_string();
+    j.append(&[huge.clone(), after.clone()]).unwrap();
+    let (batches, _) = j.backlog();
+    assert!(batches > 12, "{batches} batches");
+    assert_eq!(
+        recover(&c, &prefix).unwrap().0.records,
+        vec![fits, huge, after]
+    );
     // A hole in the log is reported, not skipped.
-    c.put(format!("{prefix}log/0000000000000005").as_bytes(), b"[]", 0)
+    c.put(format!("{prefix}log/0000000000000040").as_bytes(), b"[]", 0)
         .unwrap();
     let err = recover(&c, &prefix).unwrap_err();
     assert!(err.message().contains("missing"), "{err}");

@@ -2,7 +2,10 @@
 //! plus snapshots that replace the log they cover, so a successor can rebuild the state.
 //!
 //! Keys under one prefix:
-//! - `log/<seq, 16 hex digits>`: one batch, a JSON array of records, written create-only;
+//! - `log/<seq, 16 hex digits>`: one batch, a JSON array of records, written create-only; a
+//!   record too large for one batch (a Store object with a key near its 1 MiB limit) takes
+//!   several consecutive batches instead, each a JSON object `{"part":i,"parts":n,"text":...}`
+//!   holding one piece of it, read back only when all `n` parts are there in order;
 //! - `snap/<seq>/<chunk, 8 hex digits>`: a snapshot taken after batch `seq`, in chunks;
 //! - `head`: `{"snapshot":seq,"chunks":n}` naming the current snapshot (absent before the first).
 //!
@@ -20,6 +23,9 @@ use std::sync::Arc;
 
 /// Most bytes in one batch or snapshot chunk before base64 (which adds a third).
 pub const MAX_VALUE: usize = 512 << 10;
+
+/// Longest record: a larger one is refused (`InvalidArgument`) before anything is written.
+pub const MAX_RECORD: usize = 64 << 20;
 
 /// Batches or chunks read per range request (bounds each answer to a few MiB).
 const PAGE: i64 = 8;
@@ -71,16 +77,99 @@ fn not_leader(fence: &Fence) -> Error {
     )
 }
 
-fn decode_batch(raw: &[u8], key: &[u8]) -> Result<Vec<String>> {
-    serde_json::from_slice(raw).map_err(|e| {
-        Error::new(
-            ErrorKind::Metadata,
-            format!(
-                "journal batch {}: not a JSON array of strings: {e}",
-                String::from_utf8_lossy(key)
-            ),
-        )
-    })
+fn bad_batch(key: &[u8], why: impl std::fmt::Display) -> Error {
+    Error::new(
+        ErrorKind::Metadata,
+        format!("journal batch {}: {why}", String::from_utf8_lossy(key)),
+    )
+}
+
+/// One piece of a record that spans several batches.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Part {
+    part: u64,
+    parts: u64,
+    text: String,
+}
+
+/// A record being put together from its parts while the log is read.
+struct Pending {
+    parts: u64,
+    next: u64,
+    text: String,
+}
+
+/// Adds batch `raw` (at `key`) to `out`: its records, or one part of a record. A record whose
+/// parts stop before the last (its writer was deposed or died while writing it; it was never
+/// acknowledged) is dropped when the next record starts; a part out of order is an error.
+fn decode_batch(
+    raw: &[u8],
+    key: &[u8],
+    pending: &mut Option<Pending>,
+    out: &mut Vec<String>,
+) -> Result<()> {
+    if raw.first() != Some(&b'{') {
+        let records: Vec<String> = serde_json::from_slice(raw)
+            .map_err(|e| bad_batch(key, format!("not a JSON array of strings: {e}")))?;
+        *pending = None;
+        out.extend(records);
+        return Ok(());
+    }
+    let p: Part = serde_json::from_slice(raw)
+        .map_err(|e| bad_batch(key, format!("not a record part: {e}")))?;
+    if p.part >= p.parts {
+        return Err(bad_batch(key, format!("part {} of {}", p.part, p.parts)));
+    }
+    if p.part == 0 {
+        *pending = Some(Pending {
+            parts: p.parts,
+            next: 0,
+            text: String::new(),
+        });
+    }
+    match pending {
+        Some(r) if r.parts == p.parts && r.next == p.part => {
+            r.text.push_str(&p.text);
+            r.next += 1;
+        }
+        _ => {
+            return Err(bad_batch(
+                key,
+                format!("part {} of {} without the parts before it", p.part, p.parts),
+            ));
+        }
+    }
+    if p.part + 1 == p.parts {
+        out.extend(pending.take().map(|r| r.text));
+    }
+    Ok(())
+}
+
+/// The bytes `c` takes in a JSON string (an upper bound for the short escapes).
+fn json_char_len(c: char) -> usize {
+    match c {
+        '\u{0}'..='\u{1f}' => 6,
+        '"' | '\\' => 2,
+        _ => c.len_utf8(),
+    }
+}
+
+/// Splits `s` into pieces whose JSON strings take at most `max` bytes each.
+fn split_json(s: &str, max: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut size) = (0, 0);
+    for (i, c) in s.char_indices() {
+        let n = json_char_len(c);
+        if size + n > max && i > start {
+            out.push(&s[start..i]);
+            (start, size) = (i, 0);
+        }
+        size += n;
+    }
+    if start < s.len() {
+        out.push(&s[start..]);
+    }
+    out
 }
 
 /// Reads every key in `[from, end)` page by page, oldest first.
@@ -146,6 +235,7 @@ pub fn recover(client: &EtcdClient, prefix: &str) -> Result<(Recovered, u64)> {
         next_seq = seq + 1;
     }
     let log_prefix = format!("{prefix}log/");
+    let mut pending = None;
     scan(
         client,
         seq_key(prefix, next_seq).as_bytes(),
@@ -161,7 +251,7 @@ pub fn recover(client: &EtcdClient, prefix: &str) -> Result<(Recovered, u64)> {
                     ),
                 ));
             }
-            out.records.extend(decode_batch(v, k)?);
+            decode_batch(v, k, &mut pending, &mut out.records)?;
             out.batches += 1;
             next_seq += 1;
             Ok(())
@@ -233,9 +323,19 @@ impl Journal {
         ))
     }
 
-    /// Appends records durably, in as few batches as [`MAX_VALUE`] allows. Fails when this
-    /// leader was deposed or a record alone exceeds [`MAX_VALUE`].
+    /// Appends records durably, in as few batches as [`MAX_VALUE`] allows; a record too large
+    /// for one batch is written in parts, one batch each, after the batch before it. Fails when
+    /// this leader was deposed or a record exceeds [`MAX_RECORD`] (then nothing is written).
     pub fn append(&mut self, records: &[String]) -> Result<()> {
+        if let Some(r) = records.iter().find(|r| r.len() > MAX_RECORD) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "journal: a record of {} bytes exceeds {MAX_RECORD}",
+                    r.len()
+                ),
+            ));
+        }
         let mut i = 0;
         while i < records.len() {
             let mut batch: Vec<&String> = Vec::new();
@@ -243,12 +343,6 @@ impl Journal {
             while i < records.len() {
                 let r = &records[i];
                 let cost = serde_json::to_string(r).map(|s| s.len()).unwrap_or(r.len()) + 1;
-                if cost + 2 > MAX_VALUE {
-                    return Err(Error::new(
-                        ErrorKind::InvalidArgument,
-                        format!("journal: a record of {} bytes exceeds {MAX_VALUE}", r.len()),
-                    ));
-                }
                 if size + cost > MAX_VALUE {
                     break;
                 }
@@ -256,13 +350,42 @@ impl Journal {
                 batch.push(r);
                 i += 1;
             }
+            if batch.is_empty() {
+                // records[i] alone is too large for a batch.
+                self.append_parts(&records[i])?;
+                i += 1;
+                continue;
+            }
             let value = serde_json::to_vec(&batch)
                 .map_err(|e| Error::new(ErrorKind::Internal, format!("journal batch: {e}")))?;
-            let key = seq_key(&self.prefix, self.next_seq);
-            self.put_fenced(&key, &value, true)?;
-            self.next_seq += 1;
-            self.batches += 1;
-            self.bytes += value.len() as u64;
+            self.append_batch(&value)?;
+        }
+        Ok(())
+    }
+
+    /// Writes one batch value at the next sequence number.
+    fn append_batch(&mut self, value: &[u8]) -> Result<()> {
+        let key = seq_key(&self.prefix, self.next_seq);
+        self.put_fenced(&key, value, true)?;
+        self.next_seq += 1;
+        self.batches += 1;
+        self.bytes += value.len() as u64;
+        Ok(())
+    }
+
+    /// Writes `record` as consecutive part batches.
+    fn append_parts(&mut self, record: &str) -> Result<()> {
+        // Room for the part's other fields.
+        let pieces = split_json(record, MAX_VALUE - 64);
+        let parts = pieces.len() as u64;
+        for (part, text) in pieces.into_iter().enumerate() {
+            let value = serde_json::to_vec(&Part {
+                part: part as u64,
+                parts,
+                text: text.to_string(),
+            })
+            .map_err(|e| Error::new(ErrorKind::Internal, format!("journal part: {e}")))?;
+            self.append_batch(&value)?;
         }
         Ok(())
     }
@@ -325,5 +448,47 @@ mod tests {
         assert_eq!(parts.concat(), s);
         assert!(split_utf8("", 4).is_empty());
         assert_eq!(seq_key("p/", 255), "p/log/00000000000000ff");
+    }
+
+    #[test]
+    fn a_large_record_splits_into_parts_that_read_back() {
+        let record = format!("{}\"é\\\u{0}", "x".repeat(3000)).repeat(500);
+        let pieces = split_json(&record, 1000);
+        assert!(pieces.len() > 1000);
+        assert_eq!(pieces.concat(), record);
+        assert!(
+            pieces
+                .iter()
+                .all(|p| serde_json::to_string(p).unwrap().len() <= 1002)
+        );
+        let parts = pieces.len() as u64;
+        let batches: Vec<Vec<u8>> = std::iter::once(b"[\"a\"]".to_vec())
+            .chain(pieces.iter().enumerate().map(|(i, t)| {
+                serde_json::to_vec(&Part {
+                    part: i as u64,
+                    parts,
+                    text: t.to_string(),
+                })
+                .unwrap()
+            }))
+            .chain(std::iter::once(b"[\"b\"]".to_vec()))
+            .collect();
+        let read = |bs: &[Vec<u8>]| {
+            let (mut pending, mut out) = (None, Vec::new());
+            for b in bs {
+                decode_batch(b, b"k", &mut pending, &mut out)?;
+            }
+            Ok::<_, Error>(out)
+        };
+        assert_eq!(read(&batches).unwrap(), ["a", &record, "b"]);
+        // A record cut short (its writer gone) is dropped when the next one starts, or at the
+        // end of the log; a part without the parts before it is an error.
+        let cut: Vec<Vec<u8>> = [&batches[..3], &batches[batches.len() - 1..]].concat();
+        assert_eq!(read(&cut).unwrap(), ["a", "b"]);
+        assert_eq!(read(&batches[..3]).unwrap(), ["a"]);
+        let restarted: Vec<Vec<u8>> = [&batches[..3], &batches[1..]].concat();
+        assert_eq!(read(&restarted).unwrap(), ["a", &record, "b"]);
+        let hole: Vec<Vec<u8>> = [&batches[..2], &batches[3..]].concat();
+        assert!(read(&hole).is_err());
     }
 }
