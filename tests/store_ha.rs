@@ -2,8 +2,8 @@
 //! clients given `etcd://...` under a put/get load, the leader SIGKILLed. With `--enable_oplog`
 //! every acknowledged object stays readable; without it objects are lost but clients carry on
 //! (there with transfer-engine metadata on the same etcd);
-//! a standby refuses clients and names the leader; a client whose masters all vanished gets
-//! errors in bounded time.
+//! keys of their full length (NUL bytes, 1 MiB) are journaled and come back; a standby refuses
+//! clients and names the leader; a client whose masters all vanished gets errors in bounded time.
 
 mod common;
 use common::etcd::Etcd;
@@ -212,6 +212,42 @@ fn leader_sigkilled_under_load_with_oplog_keeps_every_acknowledged_object() {
         missing.len(),
         &missing[..missing.len().min(5)]
     );
+}
+
+#[test]
+fn full_length_keys_survive_a_failover_with_oplog() {
+    // Keys that differ after a NUL, and a 1 MiB key of NULs (its journal record, about 7 MiB,
+    // spans several journal batches): all journaled, all back after the leader is killed, and
+    // the journal keeps accepting writes.
+    let etcd = Etcd::single();
+    let mut masters: Vec<Option<MasterProc>> =
+        (0..2).map(|_| Some(start_master(&etcd, true))).collect();
+    let (first, _) = wait_for(Duration::from_secs(10), "a leader", || leader(&etcd));
+    let url = format!("etcd://{}", etcd.endpoints());
+    let c = client(&url, 32 << 20);
+    let long = "\0".repeat(tidewire::store::proto::MAX_KEY_LEN);
+    let keys = ["k\0a", "k\0b", long.as_str(), "after"];
+    for k in keys {
+        assert_eq!(put(&c, k), code::OK, "put {:?}", &k[..k.len().min(8)]);
+    }
+    let i = masters
+        .iter()
+        .position(|m| m.as_ref().is_some_and(|m| m.addr == first))
+        .unwrap();
+    drop(masters[i].take()); // SIGKILL
+    wait_for(Duration::from_secs(2 * ttl() + 2), "a new leader", || {
+        leader(&etcd).filter(|l| *l != first)
+    });
+    wait_for(
+        Duration::from_secs(10),
+        "a read through the new leader",
+        || get(&c, "after").ok(),
+    );
+    for k in keys {
+        assert_eq!(get(&c, k).unwrap(), value(k), "{:?}", &k[..k.len().min(8)]);
+    }
+    assert_eq!(get(&c, "k").unwrap_err(), code::OBJECT_NOT_FOUND);
+    assert_eq!(put(&c, "later"), code::OK);
 }
 
 #[test]

@@ -1,12 +1,13 @@
 //! The Store from Rust: a real `tidewire-master` process and clients in this process (two
 //! engines, so bytes cross engines), covering put/upsert/get/remove semantics, leases, sizes
-//! above the 16 MiB slice, a full segment, bad input, and a master restart.
+//! above the 16 MiB slice, a full segment, bad input, keys of their full length (NUL bytes, the
+//! 1 MiB limit, batches of long keys), and a master restart.
 
 mod common;
 use common::master::spawn_master;
 use std::process::Child;
 use std::time::{Duration, Instant};
-use tidewire::store::{StoreClient, StoreConfig, WriteConfig, code};
+use tidewire::store::{StoreClient, StoreConfig, WriteConfig, code, proto};
 
 struct MasterProc {
     child: Child,
@@ -97,7 +98,7 @@ fn put_get_upsert_remove_across_engines() {
     // Misses and bad keys.
     assert_eq!(get(&writer, "missing").unwrap_err(), code::OBJECT_NOT_FOUND);
     assert_eq!(writer.sizes(&["missing"])[0], Err(code::OBJECT_NOT_FOUND));
-    let long = "x".repeat(5000);
+    let long = "x".repeat(proto::MAX_KEY_LEN + 1);
     assert_eq!(put(&writer, &long, b"v", true), code::INVALID_PARAMS);
     assert_eq!(put(&writer, "", b"v", true), code::INVALID_PARAMS);
     assert_eq!(put(&writer, "empty", b"", true), code::INVALID_PARAMS);
@@ -121,6 +122,81 @@ fn put_get_upsert_remove_across_engines() {
         code::INVALID_PARAMS as i64
     );
     assert_eq!(writer.remove_all(true), 1);
+}
+
+#[test]
+fn keys_are_byte_strings_of_their_full_length() {
+    let m = MasterProc::start(&["--default_kv_lease_ttl=300"], 0);
+    let server = client(&m, 256 << 20, "P2PHANDSHAKE");
+    let c = client(&m, 0, "P2PHANDSHAKE");
+    let wcfg = WriteConfig::default();
+    // Keys that differ after a NUL are two objects; the part before the NUL is a third key.
+    assert_eq!(put(&c, "k\0a", b"AAAA", false), 0);
+    assert_eq!(put(&c, "k\0b", b"BBBBBB", false), 0);
+    assert_eq!(get(&server, "k\0a").unwrap(), b"AAAA");
+    assert_eq!(get(&c, "k\0b").unwrap(), b"BBBBBB");
+    assert_eq!(get(&c, "k").unwrap_err(), code::OBJECT_NOT_FOUND);
+    assert_eq!(put(&c, "k\0b", b"C", true), 0);
+    assert_eq!(
+        get(&c, "k\0a").unwrap(),
+        b"AAAA",
+        "the upsert of k\\0b left k\\0a alone"
+    );
+    assert_eq!(
+        c.sizes(&["k\0a", "k\0b", "k"]),
+        vec![Ok(4), Ok(1), Err(code::OBJECT_NOT_FOUND)]
+    );
+    assert_eq!(c.exist(&["k\0a", "k\0b", "k"]), vec![1, 1, 0]);
+    let mut buf = vec![0u8; 16];
+    let addr = buf.as_mut_ptr() as u64;
+    // SAFETY: `buf` is writable for 16 bytes and unshared during the calls.
+    let got = unsafe { c.get_ranges(&[("k\0a", addr, 1, 2), ("k\0b", addr + 8, 0, 1)]) };
+    assert_eq!(got, vec![2, 1]);
+    assert_eq!((&buf[..2], buf[8]), (&b"AA"[..], b'C'));
+    assert_eq!(
+        c.remove(&["k\0a", "k"], true),
+        vec![0, code::OBJECT_NOT_FOUND]
+    );
+    assert_eq!(c.exist(&["k\0a", "k\0b"]), vec![0, 1]);
+    // The longest key works; one byte more is refused by every call alike.
+    let longest = "x\0".repeat(proto::MAX_KEY_LEN / 2);
+    let over = longest.clone() + "x";
+    assert_eq!(put(&c, &longest, b"L", false), 0);
+    assert_eq!(get(&c, &longest).unwrap(), b"L");
+    assert_eq!(put(&c, &over, b"L", false), code::INVALID_PARAMS);
+    assert_eq!(get(&c, &over).unwrap_err(), code::INVALID_PARAMS);
+    assert_eq!(c.sizes(&[&over]), vec![Err(code::INVALID_PARAMS)]);
+    assert_eq!(c.exist(&[&longest, &over]), vec![1, code::INVALID_PARAMS]);
+    assert_eq!(
+        c.remove(&[&over, &longest], true),
+        vec![code::INVALID_PARAMS, 0]
+    );
+    // 40 keys of 1 MiB are more than one 32 MiB master frame: every call splits the batch by
+    // key bytes, and each key keeps its own value.
+    let keys: Vec<String> = (0..40)
+        .map(|i| format!("{i:07}").repeat(proto::MAX_KEY_LEN / 7) + "\0")
+        .collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let vals: Vec<Vec<u8>> = (0..40).map(|i| pattern(100 + i, i as u8)).collect();
+    let slices: Vec<&[u8]> = vals.iter().map(Vec::as_slice).collect();
+    let items: Vec<(&str, &[&[u8]])> = refs
+        .iter()
+        .zip(&slices)
+        .map(|(k, v)| (*k, std::slice::from_ref(v)))
+        .collect();
+    assert_eq!(c.put_values(&items, false, &wcfg), vec![0; 40]);
+    let back: Vec<Vec<u8>> = c
+        .get_values(&refs)
+        .into_iter()
+        .map(|r| r.unwrap().bytes().to_vec())
+        .collect();
+    assert_eq!(back, vals);
+    assert_eq!(c.exist(&refs), vec![1; 40]);
+    assert_eq!(
+        c.sizes(&refs),
+        vals.iter().map(|v| Ok(v.len() as u64)).collect::<Vec<_>>()
+    );
+    assert_eq!(c.remove(&refs, true), vec![0; 40]);
 }
 
 #[test]

@@ -2,14 +2,14 @@
 
 use super::client::StoreClient;
 use super::flows::key_ok;
-use super::proto::{KeyVersion, MAX_BATCH, Reply, Request, code};
+use super::proto::{KeyVersion, Reply, Request, code, key_chunks};
 
 impl StoreClient {
     /// Sizes (a lease-free peek is not available: this grants a lease like Mooncake's query).
     pub fn sizes(&self, keys: &[&str]) -> Vec<Result<u64, i32>> {
         let mut out: Vec<Result<u64, i32>> = vec![Err(code::INVALID_PARAMS); keys.len()];
         let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
-        for chunk in idx.chunks(MAX_BATCH) {
+        for chunk in key_chunks(&idx, |&i| keys[i]) {
             let req = Request::Get {
                 keys: chunk.iter().map(|&i| keys[i].to_string()).collect(),
             };
@@ -41,7 +41,7 @@ impl StoreClient {
     fn codes(&self, keys: &[&str], make: impl Fn(Vec<String>) -> Request) -> Vec<i32> {
         let mut out = vec![code::INVALID_PARAMS; keys.len()];
         let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
-        for chunk in idx.chunks(MAX_BATCH) {
+        for chunk in key_chunks(&idx, |&i| keys[i]) {
             let req = make(chunk.iter().map(|&i| keys[i].to_string()).collect());
             match self.shared.conn.call(&req) {
                 Ok(Reply::Codes { codes }) if codes.len() == chunk.len() => {

@@ -4,7 +4,7 @@
 use super::client::StoreClient;
 use super::flows::{KeyBuf, key_ok};
 use super::mem::Staged;
-use super::proto::{MAX_BATCH, WriteConfig, code};
+use super::proto::{WriteConfig, code, key_chunks};
 
 /// Bytes fetched by the copying API: staged in the local buffer, or on the heap when it is full.
 #[derive(Debug)]
@@ -87,7 +87,7 @@ impl StoreClient {
         let mut out: Vec<Result<Fetched, i32>> =
             keys.iter().map(|_| Err(code::INVALID_PARAMS)).collect();
         let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
-        for chunk in idx.chunks(MAX_BATCH) {
+        for chunk in key_chunks(&idx, |&i| keys[i]) {
             let ks: Vec<&str> = chunk.iter().map(|&i| keys[i]).collect();
             let mut bufs: Vec<Option<Fetched>> = (0..ks.len()).map(|_| None).collect();
             let mut codes = vec![0i64; ks.len()];
@@ -126,7 +126,7 @@ impl StoreClient {
     ) -> Vec<i64> {
         let mut out = vec![code::INVALID_PARAMS as i64; keys.len()];
         let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
-        for chunk in idx.chunks(MAX_BATCH) {
+        for chunk in key_chunks(&idx, |&i| keys[i]) {
             let ks: Vec<&str> = chunk.iter().map(|&i| keys[i]).collect();
             let mut codes = vec![0i64; ks.len()];
             let mut at = |j: usize, size: u64| dst(chunk[j], size);

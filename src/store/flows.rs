@@ -356,10 +356,18 @@ impl Shared {
     }
 }
 
-/// Splits `items` into master-sized chunks, runs `f` on each with its slice of `out`.
-fn chunked<T, R>(items: &[T], out: &mut [R], mut f: impl FnMut(&[T], &mut [R])) {
-    for (c, o) in items.chunks(MAX_BATCH).zip(out.chunks_mut(MAX_BATCH)) {
+/// Splits `items` into master-sized chunks (by key count and key bytes, see
+/// [`key_chunks`](super::proto::key_chunks)), runs `f` on each with its slice of `out`.
+fn chunked<'k, R>(
+    items: &[KeyBuf<'k>],
+    mut out: &mut [R],
+    mut f: impl FnMut(&[KeyBuf<'k>], &mut [R]),
+) {
+    for c in super::proto::key_chunks(items, |it| it.0) {
+        debug_assert!(c.len() <= MAX_BATCH);
+        let (o, rest) = std::mem::take(&mut out).split_at_mut(c.len());
         f(c, o);
+        out = rest;
     }
 }
 

@@ -23,10 +23,16 @@ pub const FLAG_ONE_WAY: u8 = 1;
 pub const HEADER_LEN: usize = 12;
 /// Largest accepted frame body.
 pub const MAX_FRAME: u32 = 32 << 20;
-/// Longest accepted key, in bytes.
-pub const MAX_KEY_LEN: usize = 4096;
+/// Longest accepted key, in bytes (Mooncake's limit). Keys are any UTF-8 of 1 to this many
+/// bytes, NUL bytes included.
+pub const MAX_KEY_LEN: usize = 1 << 20;
 /// Most keys in one batch message.
 pub const MAX_BATCH: usize = 4096;
+/// Most key bytes, as JSON encodes them (see [`key_cost`]), in one batch message: half of
+/// [`MAX_FRAME`], which leaves the rest of the frame for the other fields. One key of
+/// [`MAX_KEY_LEN`] bytes costs at most six times that, so it always fits alone.
+pub const MAX_BATCH_KEY_BYTES: usize = (MAX_FRAME as usize) / 2;
+const _: () = assert!(6 * MAX_KEY_LEN + 64 <= MAX_BATCH_KEY_BYTES);
 /// Most replicas per object.
 pub const MAX_REPLICAS: u32 = 8;
 /// Longest segment name / endpoint.
@@ -270,6 +276,48 @@ pub enum Reply {
         /// Count.
         count: i64,
     },
+}
+
+/// What `k` adds to a batch message: an upper bound of its JSON string (each control byte as
+/// a six-byte `\u00XX`, `"` and `\` as two) plus the fields around it.
+pub fn key_cost(k: &str) -> usize {
+    let escaped: usize = k
+        .bytes()
+        .map(|b| match b {
+            0..=0x1f => 6,
+            b'"' | b'\\' => 2,
+            _ => 1,
+        })
+        .sum();
+    escaped + 64
+}
+
+/// Splits `items` into consecutive runs that each fit one batch message: at most [`MAX_BATCH`]
+/// items whose keys (`key(item)`) cost at most [`MAX_BATCH_KEY_BYTES`] together. Every run
+/// holds at least one item.
+pub fn key_chunks<'a, T>(
+    items: &'a [T],
+    key: impl Fn(&'a T) -> &'a str,
+) -> impl Iterator<Item = &'a [T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut n = 0;
+        let mut bytes = 0;
+        for it in rest.iter().take(MAX_BATCH) {
+            let c = key_cost(key(it));
+            if n > 0 && bytes + c > MAX_BATCH_KEY_BYTES {
+                break;
+            }
+            bytes += c;
+            n += 1;
+        }
+        let (run, tail) = rest.split_at(n);
+        rest = tail;
+        Some(run)
+    })
 }
 
 fn check_key(k: &str) -> Result<(), String> {
@@ -549,5 +597,45 @@ mod tests {
             .validate()
             .is_ok()
         );
+    }
+
+    #[test]
+    fn key_chunks_bound_keys_and_bytes() {
+        assert_eq!(key_cost("a\0\"\\"), 1 + 6 + 2 + 2 + 64);
+        let short = vec!["k".to_string(); 2 * MAX_BATCH + 1];
+        let runs: Vec<usize> = key_chunks(&short, |k| k).map(<[_]>::len).collect();
+        assert_eq!(runs, [MAX_BATCH, MAX_BATCH, 1]);
+        // Keys of NULs, the costliest bytes: each run's encoded keys fit one frame.
+        let long = vec!["\0".repeat(MAX_KEY_LEN); 7];
+        let runs: Vec<&[String]> = key_chunks(&long, |k| k).collect();
+        assert_eq!(runs.iter().map(|r| r.len()).sum::<usize>(), long.len());
+        assert!(runs.len() > 1);
+        for r in &runs {
+            let req = Request::Exist { keys: r.to_vec() };
+            assert!(req.validate().is_ok());
+            assert!(encode(&req).len() <= MAX_FRAME as usize);
+            assert!(r.iter().map(|k| key_cost(k)).sum::<usize>() <= MAX_BATCH_KEY_BYTES);
+        }
+        // The longest key is accepted, one byte more is not, and a NUL is just a byte.
+        let max = "k\0".repeat(MAX_KEY_LEN / 2);
+        assert!(
+            Request::Exist {
+                keys: vec![max.clone()]
+            }
+            .validate()
+            .is_ok()
+        );
+        assert!(
+            Request::Exist {
+                keys: vec![max + "k"]
+            }
+            .validate()
+            .is_err()
+        );
+        let req = Request::Exist {
+            keys: vec!["k\0a".into(), "k\0b".into()],
+        };
+        assert_eq!(decode::<Request>(&encode(&req)).unwrap(), req);
+        assert!(key_chunks(&[] as &[String], |k| k).next().is_none());
     }
 }
