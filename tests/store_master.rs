@@ -58,8 +58,16 @@ fn end(m: &Master, key: &str, version: u64) -> i32 {
     }))[0]
 }
 
+/// The client id the tests read as (a client without a segment).
+const READER: u64 = 3;
+
 fn get(m: &Master, key: &str) -> GetResult {
+    get_as(m, READER, key)
+}
+
+fn get_as(m: &Master, client_id: u64, key: &str) -> GetResult {
     match m.handle(Request::Get {
+        client_id,
         keys: vec![key.into()],
     }) {
         Some(Reply::Replicas { mut results, .. }) => results.remove(0),
@@ -70,6 +78,7 @@ fn get(m: &Master, key: &str) -> GetResult {
 fn done(m: &Master, key: &str, version: u64) {
     assert_eq!(
         m.handle(Request::ReadDone {
+            client_id: READER,
             items: vec![KeyVersion {
                 key: key.into(),
                 version,
@@ -210,11 +219,13 @@ fn leases_pins_and_eviction() {
 fn validation_and_client_expiry() {
     let cfg = MasterConfig {
         client_ttl: Duration::from_millis(200),
+        client_grace: Duration::ZERO,
         ..MasterConfig::default()
     };
     let m = master(cfg);
     let bad = m.handle(Request::Get {
-        keys: vec!["x".repeat(5000)],
+        client_id: READER,
+        keys: vec![String::new()],
     });
     assert!(matches!(
         bad,
@@ -303,4 +314,309 @@ fn soft_pins_and_replicas() {
     for i in 0..n {
         assert_eq!(get(&m, &format!("s{i}")).code, 0);
     }
+}
+
+fn revoke(m: &Master, key: &str, version: u64) -> i32 {
+    codes(m.handle(Request::PutRevoke {
+        client_id: 1,
+        items: vec![KeyVersion {
+            key: key.into(),
+            version,
+        }],
+    }))[0]
+}
+
+fn ping(m: &Master, client_id: u64) {
+    assert!(matches!(
+        m.handle(Request::Ping { client_id }),
+        Some(Reply::Pong { .. })
+    ));
+}
+
+/// Whether `key`'s buffers are free of read holds: an upsert of the same size rewrites them in
+/// place only then (it is published again at once).
+fn unread(m: &Master, key: &str, size: u64) -> bool {
+    let before = get(m, key);
+    done(m, key, before.version);
+    let s = start(m, key, size, true, WriteConfig::default());
+    assert_eq!(s.code, 0);
+    assert_eq!(end(m, key, s.version), 0);
+    s.replicas[0].addr == before.replicas[0].addr
+}
+
+#[test]
+fn a_dead_readers_hold_ends_at_its_lease() {
+    // Regression: a reader killed inside get_into never sent ReadDone, and its object stayed
+    // unevictable (and never rewritten in place) forever.
+    let m = master(MasterConfig {
+        lease_ttl: Duration::from_millis(150),
+        ..MasterConfig::default()
+    });
+    put(&m, "k", 1000, false);
+    let g = get_as(&m, 7, "k"); // client 7 dies here: no ReadDone, no heartbeat
+    assert_eq!(g.code, 0);
+    m.sweep();
+    assert!(!unread(&m, "k", 1000), "the hold protects the buffers during the lease");
+    std::thread::sleep(Duration::from_millis(200));
+    m.sweep();
+    assert!(unread(&m, "k", 1000), "the dead reader's hold ended with its lease");
+    // And such an object is evictable again: fill both segments past it.
+    let g = get_as(&m, 7, "k");
+    assert_eq!(g.code, 0);
+    std::thread::sleep(Duration::from_millis(200));
+    m.sweep();
+    for i in 0..9 {
+        put(&m, &format!("fill{i}"), 256 << 10, true);
+    }
+    assert_eq!(get(&m, "k").code, code::OBJECT_NOT_FOUND, "k was evicted");
+}
+
+#[test]
+fn a_live_readers_hold_outlasts_its_lease_up_to_the_cap() {
+    let m = master(MasterConfig {
+        lease_ttl: Duration::from_millis(100),
+        read_hold_max: Duration::from_millis(700),
+        ..MasterConfig::default()
+    });
+    put(&m, "k", 1000, false);
+    let g = get_as(&m, 7, "k");
+    // Reader 7 keeps its heartbeats while its (slow) read goes on past the lease.
+    for _ in 0..4 {
+        ping(&m, 7);
+        std::thread::sleep(Duration::from_millis(60));
+        m.sweep();
+    }
+    assert!(!unread(&m, "k", 1000), "a heartbeating reader keeps its hold past the lease");
+    // ... but not past the cap.
+    for _ in 0..8 {
+        ping(&m, 7);
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    m.sweep();
+    assert!(unread(&m, "k", 1000), "the hold ended at read_hold_max");
+    // A hold ended by ReadDone of its own client only: another client's ReadDone is ignored.
+    let g2 = get_as(&m, 7, "k");
+    assert_eq!(
+        m.handle(Request::ReadDone {
+            client_id: 8,
+            items: vec![KeyVersion {
+                key: "k".into(),
+                version: g2.version,
+            }],
+        }),
+        None
+    );
+    assert!(!unread(&m, "k", 1000), "client 8 cannot end client 7's hold");
+    let _ = g;
+}
+
+#[test]
+fn a_preempted_writers_report_frees_its_space_at_once() {
+    // Regression: concurrent upserts of one key pre-empt each other; the loser's End/Revoke got
+    // -601 and its buffers stayed allocated for put_start_release_timeout (600 s).
+    let m = master(MasterConfig::default());
+    // Two 1 MiB segments: 600 KiB fits once per segment.
+    let a = start(&m, "hot", 600 << 10, true, WriteConfig::default());
+    let b = start(&m, "hot", 600 << 10, true, WriteConfig::default());
+    assert_eq!((a.code, b.code), (0, 0));
+    assert_eq!(
+        start(&m, "third", 600 << 10, true, WriteConfig::default()).code,
+        code::NO_AVAILABLE_HANDLE,
+        "both segments hold one write each"
+    );
+    assert_eq!(end(&m, "hot", a.version), code::INVALID_WRITE, "a was pre-empted");
+    let c = start(&m, "third", 600 << 10, true, WriteConfig::default());
+    assert_eq!(c.code, 0, "a's space came back when its writer reported");
+    assert_eq!(end(&m, "hot", b.version), 0);
+    assert_eq!(end(&m, "third", c.version), 0);
+    // Same for a revoke of a pre-empted write, and only its own writer can free it.
+    let m = master(MasterConfig::default());
+    let d = start(&m, "n", 600 << 10, true, WriteConfig::default());
+    let e = start(&m, "n", 600 << 10, true, WriteConfig::default());
+    assert_eq!((d.code, e.code), (0, 0));
+    let other_writer = codes(m.handle(Request::PutRevoke {
+        client_id: 2,
+        items: vec![KeyVersion {
+            key: "n".into(),
+            version: d.version,
+        }],
+    }));
+    assert_eq!(other_writer, vec![code::INVALID_WRITE]);
+    assert_eq!(
+        start(&m, "x", 600 << 10, true, WriteConfig::default()).code,
+        code::NO_AVAILABLE_HANDLE,
+        "another client's report does not free d"
+    );
+    assert_eq!(revoke(&m, "n", d.version), code::INVALID_WRITE);
+    assert_eq!(start(&m, "x", 600 << 10, true, WriteConfig::default()).code, 0);
+    assert_eq!(end(&m, "n", e.version), 0);
+}
+
+#[test]
+fn a_reported_segment_takes_no_placements_until_its_owner_pings() {
+    let m = master(MasterConfig::default());
+    let on_a = WriteConfig {
+        preferred_segments: vec!["a:1".into()],
+        ..WriteConfig::default()
+    };
+    assert_eq!(start(&m, "p0", 10, true, on_a.clone()).replicas[0].endpoint, "a:1");
+    assert_eq!(
+        m.handle(Request::ReportFailed {
+            client_id: 2,
+            segments: vec!["a:1".into(), "unknown:9".into()],
+        }),
+        None
+    );
+    for i in 0..20 {
+        let s = start(&m, &format!("p{i}"), 10, true, on_a.clone());
+        assert_eq!(s.replicas[0].endpoint, "b:1", "placed on the failed segment");
+        assert_eq!(s.replicas.len(), 1);
+    }
+    ping(&m, 1);
+    assert_eq!(start(&m, "q", 10, true, on_a).replicas[0].endpoint, "a:1");
+}
+
+#[test]
+fn a_client_back_within_the_grace_keeps_its_objects() {
+    // Mooncake drops a client's segments at the first missed TTL; here a client that pings
+    // again within client_ttl + client_grace keeps them (no new placements meanwhile).
+    let m = master(MasterConfig {
+        client_ttl: Duration::from_millis(100),
+        client_grace: Duration::from_millis(400),
+        ..MasterConfig::default()
+    });
+    let on_a = WriteConfig {
+        preferred_segments: vec!["a:1".into()],
+        ..WriteConfig::default()
+    };
+    let s = start(&m, "on-a", 100, true, on_a.clone());
+    assert_eq!(end(&m, "on-a", s.version), 0);
+    for _ in 0..4 {
+        ping(&m, 2);
+        m.tick();
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    assert_eq!(get(&m, "on-a").code, 0, "kept during the grace");
+    let st = start(&m, "new", 100, true, on_a.clone());
+    assert_eq!(st.replicas[0].endpoint, "b:1", "no placements on a suspended segment");
+    assert_eq!(end(&m, "new", st.version), 0);
+    assert_eq!(
+        m.handle(Request::Ping { client_id: 1 }),
+        Some(Reply::Pong { remount: false }),
+        "back within the grace: nothing to re-mount"
+    );
+    assert_eq!(start(&m, "again", 100, true, on_a).replicas[0].endpoint, "a:1");
+    // Silent past TTL + grace: dropped with its objects.
+    for _ in 0..10 {
+        ping(&m, 2);
+        m.tick();
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    assert_eq!(get(&m, "on-a").code, code::OBJECT_NOT_FOUND);
+    assert_eq!(
+        m.handle(Request::Ping { client_id: 1 }),
+        Some(Reply::Pong { remount: true })
+    );
+}
+
+#[test]
+fn a_restarted_owner_takes_over_its_suspended_segment_name() {
+    let m = master(MasterConfig {
+        client_ttl: Duration::from_millis(50),
+        client_grace: Duration::from_secs(60),
+        ..MasterConfig::default()
+    });
+    put(&m, "k", 100, true);
+    let mount = |client_id| {
+        m.handle(Request::Mount {
+            client_id,
+            name: "a:1".into(),
+            base: 0x5000_0000,
+            size: SEG,
+        })
+    };
+    assert!(
+        matches!(mount(9), Some(Reply::Error { code: code::SEGMENT_ALREADY_EXISTS, .. })),
+        "a live owner's name is refused"
+    );
+    std::thread::sleep(Duration::from_millis(80));
+    ping(&m, 2);
+    m.tick();
+    assert_eq!(mount(9), Some(Reply::Ok), "the silent owner's name is taken over");
+}
+
+/// A master whose journal records are collected in memory (no etcd).
+fn journaled(cfg: MasterConfig) -> (Master, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let m = Master::new(cfg);
+    let l = log.clone();
+    m.record_into(Box::new(move |r| l.lock().unwrap().push(r)));
+    for (id, name, base) in [(1, "a:1", 0x10_0000u64), (2, "b:1", 0x1000_0000)] {
+        assert_eq!(
+            m.handle(Request::Mount {
+                client_id: id,
+                name: name.into(),
+                base,
+                size: SEG,
+            }),
+            Some(Reply::Ok)
+        );
+    }
+    (m, log)
+}
+
+fn failover(log: &std::sync::Mutex<Vec<String>>) -> Master {
+    let next = Master::new(MasterConfig::default());
+    let rec = tidewire::metadata::etcd_journal::Recovered {
+        snapshot: None,
+        records: log.lock().unwrap().clone(),
+        batches: 1,
+    };
+    next.restore(&rec).unwrap();
+    next
+}
+
+#[test]
+fn a_write_in_flight_across_a_failover_cannot_land_in_another_object() {
+    // Known gap closed: the new leader rebuilt only complete objects, so it could hand the
+    // space of a write still in flight to another object, and the stalled writer's bytes would
+    // land in it. Now the journal keeps held write space until its writer reports.
+    let (m, log) = journaled(MasterConfig::default());
+    put(&m, "done", 1000, true);
+    let stalled = start(&m, "stalled", 900 << 10, true, WriteConfig::default());
+    let preempted = start(&m, "p", 900 << 10, true, WriteConfig::default());
+    let winner = start(&m, "p", 64, true, WriteConfig::default());
+    assert_eq!(end(&m, "p", winner.version), 0);
+    // Another write finished cleanly: its space is not held at the new leader.
+    let clean = start(&m, "clean", 50 << 10, true, WriteConfig::default());
+    assert_eq!(end(&m, "clean", clean.version), 0);
+    assert_eq!(remove(&m, "clean", true), 0);
+
+
+    let next = failover(&log);
+    assert_eq!(get(&next, "done").code, 0, "complete objects survive");
+    assert_eq!(get(&next, "stalled").code, code::OBJECT_NOT_FOUND);
+    let gp = get(&next, "p");
+    assert_eq!((gp.code, gp.size), (0, 64), "the pre-empting write was published");
+    // (The refused allocation below evicts what it can: "done", not "p", leased by that get.)
+    // Both segments are nearly full of held write space: a new 900 KiB object fits nowhere.
+    assert_eq!(
+        start(&next, "other", 900 << 10, true, WriteConfig::default()).code,
+        code::NO_AVAILABLE_HANDLE,
+        "held write space was handed out"
+    );
+    let ranges = |s: &StartResult| (s.replicas[0].addr, s.replicas[0].addr + s.replicas[0].len);
+    let small = start(&next, "small", 50 << 10, true, WriteConfig::default());
+    assert_eq!(small.code, 0, "space freed by clean writes is usable");
+    for held in [&stalled, &preempted] {
+        let (a, b) = ranges(held);
+        let (c, d) = ranges(&small);
+        assert!(d <= a || c >= b, "new object overlaps held write space");
+    }
+    // The stalled writer reports at the new leader: its put failed, and its space comes back.
+    assert_eq!(end(&next, "stalled", stalled.version), code::OBJECT_NOT_FOUND);
+    assert_eq!(revoke(&next, "p", preempted.version), code::INVALID_WRITE);
+    let again = start(&next, "other", 900 << 10, true, WriteConfig::default());
+    assert_eq!(again.code, 0, "reported write space was freed");
+    assert!(again.version > preempted.version, "version ids never repeat");
 }

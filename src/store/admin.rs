@@ -2,7 +2,7 @@
 
 use super::client::StoreClient;
 use super::flows::key_ok;
-use super::proto::{KeyVersion, Reply, Request, code, key_chunks};
+use super::proto::{Reply, Request, code, key_chunks};
 
 impl StoreClient {
     /// Sizes (a lease-free peek is not available: this grants a lease like Mooncake's query).
@@ -10,29 +10,19 @@ impl StoreClient {
         let mut out: Vec<Result<u64, i32>> = vec![Err(code::INVALID_PARAMS); keys.len()];
         let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
         for chunk in key_chunks(&idx, |&i| keys[i]) {
-            let req = Request::Get {
-                keys: chunk.iter().map(|&i| keys[i].to_string()).collect(),
-            };
-            match self.shared.conn.call(&req) {
-                Ok(Reply::Replicas { results, .. }) if results.len() == chunk.len() => {
-                    let mut done = Vec::new();
+            let ks: Vec<&str> = chunk.iter().map(|&i| keys[i]).collect();
+            match self.shared.lookup(&ks) {
+                Ok((_, results)) => {
                     for (g, &i) in results.iter().zip(chunk) {
                         out[i] = if g.code == code::OK {
-                            done.push(KeyVersion {
-                                key: keys[i].to_string(),
-                                version: g.version,
-                            });
                             Ok(g.size)
                         } else {
                             Err(g.code)
                         };
                     }
-                    if !done.is_empty() {
-                        self.shared.conn.notify(&Request::ReadDone { items: done });
-                    }
+                    self.shared.read_done(&results, &ks);
                 }
-                Ok(_) => chunk.iter().for_each(|&i| out[i] = Err(code::RPC_FAIL)),
-                Err(e) => chunk.iter().for_each(|&i| out[i] = Err(e.code)),
+                Err(c) => chunk.iter().for_each(|&i| out[i] = Err(c)),
             }
         }
         out

@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     pub(crate) local: Option<Arc<LocalBuffer>>,
     pub(crate) master_ok: AtomicBool,
     pub(crate) transfer_timeout: Duration,
+    /// Successful heartbeats (they keep this client's read holds alive past their lease).
+    pub(crate) beats: super::holds::Heartbeats,
 }
 
 impl Shared {
@@ -77,10 +79,12 @@ impl Shared {
     }
 
     fn ping(&self) -> Result<(), StoreError> {
+        let sent = std::time::Instant::now();
         match self.conn.call(&Request::Ping {
             client_id: self.client_id,
         })? {
             Reply::Pong { remount } => {
+                self.beats.answered(sent);
                 if remount {
                     self.mount()?;
                 }
@@ -211,6 +215,7 @@ impl StoreClient {
             local: local.map(LocalBuffer::new),
             master_ok: AtomicBool::new(true),
             transfer_timeout: Duration::from_secs(120),
+            beats: super::holds::Heartbeats::new(),
         });
         shared.ping()?;
         shared.mount()?;

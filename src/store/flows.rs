@@ -6,17 +6,25 @@
 
 use super::batch::BatchEnd;
 use super::client::{Shared, StoreClient};
-use super::mem::{Copy, copy_all, populate_behind, prefault_write};
+use super::mem::{Copy, copy_all};
+use super::reads::Read;
 use super::proto::{
     GetResult, KeyVersion, MAX_BATCH, MAX_KEY_LEN, PutItem, ReplicaDesc, Reply, Request,
     StartResult, WriteConfig, code,
 };
 use crate::engine::Request as Xfer;
 use crate::transport::Opcode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Source of key `i`'s bytes for one replica (`true`: an engine WRITE will read it).
 pub(crate) type SrcFn<'a> = dyn FnMut(usize, bool) -> Result<u64, i32> + 'a;
+
+/// The read holds a Get granted: when it was sent, and the lease and hold bounds it returned.
+pub(crate) struct ReadHold {
+    since: Instant,
+    lease_ms: u64,
+    hold_ms: u64,
+}
 
 /// A key and a caller buffer (address and length).
 pub type KeyBuf<'a> = (&'a str, u64, u64);
@@ -54,7 +62,9 @@ impl Shared {
 
     /// One master-sized chunk of writes. `src(i, remote)` gives key `i`'s source address: for a
     /// copy into our own segment (`remote == false`) any readable memory, for an engine WRITE
-    /// memory the engine may use (the copying API stages only then).
+    /// memory the engine may use (the copying API stages only then). Keys whose transfer to a
+    /// segment failed are revoked, the segments reported, and the keys written once more (the
+    /// master now places them elsewhere).
     fn put_chunk(
         &self,
         items: &[KeyBuf<'_>],
@@ -63,6 +73,29 @@ impl Shared {
         cfg: &WriteConfig,
         out: &mut [i32],
     ) {
+        let again = self.put_chunk_once(items, src, upsert, cfg, out);
+        if again.is_empty() {
+            return;
+        }
+        let sub: Vec<KeyBuf<'_>> = again.iter().map(|&i| items[i]).collect();
+        let mut sub_out = vec![code::OK; sub.len()];
+        let mut sub_src = |j: usize, remote: bool| src(again[j], remote);
+        let _ = self.put_chunk_once(&sub, &mut sub_src, upsert, cfg, &mut sub_out);
+        for (o, &i) in sub_out.into_iter().zip(&again) {
+            out[i] = o;
+        }
+    }
+
+    /// One try of [`Self::put_chunk`]; returns the keys worth a second try (their transfer to a
+    /// segment failed, their write was revoked, and the segment was reported).
+    fn put_chunk_once(
+        &self,
+        items: &[KeyBuf<'_>],
+        src: &mut SrcFn<'_>,
+        upsert: bool,
+        cfg: &WriteConfig,
+        out: &mut [i32],
+    ) -> Vec<usize> {
         let mut wcfg = cfg.clone();
         if self.segment.is_some() {
             wcfg.local_segment = self.engine.name().to_string();
@@ -81,14 +114,22 @@ impl Shared {
         });
         let starts: Vec<StartResult> = match reply {
             Ok(Reply::Started { results }) if results.len() == items.len() => results,
-            Ok(_) => return out.fill(code::RPC_FAIL),
-            Err(e) => return out.fill(e.code),
+            Ok(_) => {
+                out.fill(code::RPC_FAIL);
+                return Vec::new();
+            }
+            Err(e) => {
+                out.fill(e.code);
+                return Vec::new();
+            }
         };
         // Plan: memcpy to our own segment now; engine WRITEs for the rest.
         let mut open = self.resolver();
         let mut reqs: Vec<Xfer> = Vec::new();
         let mut owner: Vec<usize> = Vec::new();
+        let mut endpoint: Vec<&str> = Vec::new();
         let mut failed = vec![false; items.len()];
+        let mut bad_segments: Vec<String> = Vec::new();
         let mut bytes = 0;
         let mut copies: Vec<Copy> = Vec::new();
         for (i, (st, &(_, _, len))) in starts.iter().zip(items).enumerate() {
@@ -132,9 +173,13 @@ impl Shared {
                                 len,
                             });
                             owner.push(i);
+                            endpoint.push(&r.endpoint);
                             bytes += len;
                         }
-                        None => failed[i] = true,
+                        None => {
+                            failed[i] = true;
+                            bad_segments.push(r.endpoint.clone());
+                        }
                     }
                 }
             }
@@ -148,6 +193,7 @@ impl Shared {
                 for (j, done) in ok.into_iter().enumerate() {
                     if !done {
                         failed[owner[j]] = true;
+                        bad_segments.push(endpoint[j].to_string());
                     }
                 }
             }
@@ -164,10 +210,18 @@ impl Shared {
                     out[i] = code::TRANSFER_FAIL;
                 }
                 let skip: std::collections::HashSet<usize> = owner.iter().copied().collect();
-                return self.finish_writes(items, &starts, &failed, out, &skip);
+                self.finish_writes(items, &starts, &failed, out, &skip);
+                return Vec::new();
             }
         }
         self.finish_writes(items, &starts, &failed, out, &Default::default());
+        if bad_segments.is_empty() {
+            return Vec::new();
+        }
+        self.report_failed(bad_segments);
+        (0..items.len())
+            .filter(|&i| failed[i] && out[i] == code::TRANSFER_FAIL)
+            .collect()
     }
 
     fn finish_writes(
@@ -222,23 +276,39 @@ impl Shared {
         }
     }
 
-    /// Looks `keys` up, granting read leases: the lease (ms) and one result per key, or the
+    /// Looks `keys` up, granting read leases and holds: the hold and one result per key, or the
     /// code the whole call failed with.
-    fn lookup(&self, keys: &[&str]) -> Result<(u64, Vec<GetResult>), i32> {
+    pub(crate) fn lookup(&self, keys: &[&str]) -> Result<(ReadHold, Vec<GetResult>), i32> {
+        let since = Instant::now();
         let reply = self.conn.call(&Request::Get {
+            client_id: self.client_id,
             keys: keys.iter().map(|k| k.to_string()).collect(),
         });
         match reply {
-            Ok(Reply::Replicas { lease_ms, results }) if results.len() == keys.len() => {
-                Ok((lease_ms, results))
-            }
+            Ok(Reply::Replicas {
+                lease_ms,
+                hold_ms,
+                results,
+            }) if results.len() == keys.len() => Ok((
+                ReadHold {
+                    since,
+                    lease_ms,
+                    hold_ms,
+                },
+                results,
+            )),
             Ok(_) => Err(code::RPC_FAIL),
             Err(e) => Err(e.code),
         }
     }
 
-    /// Ends the read leases of the keys `found` (`code::OK`) with a one-way ReadDone, if any.
-    fn read_done(&self, found: &[GetResult], keys: &[&str]) {
+    /// Whether the reads under `hold` may still be trusted now (see [`super::holds`]).
+    fn still_held(&self, hold: &ReadHold) -> bool {
+        self.beats.covered(hold.since, hold.lease_ms, hold.hold_ms)
+    }
+
+    /// Ends this client's read holds on the keys `found` (`code::OK`) with a one-way ReadDone.
+    pub(crate) fn read_done(&self, found: &[GetResult], keys: &[&str]) {
         let done: Vec<KeyVersion> = found
             .iter()
             .zip(keys)
@@ -249,7 +319,10 @@ impl Shared {
             })
             .collect();
         if !done.is_empty() {
-            self.conn.notify(&Request::ReadDone { items: done });
+            self.conn.notify(&Request::ReadDone {
+                client_id: self.client_id,
+                items: done,
+            });
         }
     }
 
@@ -263,89 +336,41 @@ impl Shared {
         fresh: bool,
         out: &mut [i64],
     ) {
-        let t0 = Instant::now();
-        let (lease_ms, found) = match self.lookup(keys) {
+        let (hold, found) = match self.lookup(keys) {
             Ok(v) => v,
             Err(c) => return out.fill(c as i64),
         };
-        let mut reqs: Vec<Xfer> = Vec::new();
-        let mut owner: Vec<usize> = Vec::new();
-        let mut bytes = 0;
-        let mut open = self.resolver();
-        let mut copies: Vec<Copy> = Vec::new();
+        let mut reads: Vec<Read> = Vec::new();
+        let mut slot: Vec<usize> = Vec::new();
         for (i, g) in found.iter().enumerate() {
             if g.code != code::OK {
                 out[i] = g.code as i64;
                 continue;
             }
-            let dst = match dst(i, g.size) {
-                Ok(a) if self.usable(a, g.size) => a,
-                Ok(_) => {
-                    out[i] = code::INVALID_PARAMS as i64;
-                    continue;
+            out[i] = match dst(i, g.size) {
+                Ok(a) if self.usable(a, g.size) => {
+                    reads.push(Read {
+                        dst: a,
+                        off: 0,
+                        len: g.size,
+                        found: g,
+                    });
+                    slot.push(i);
+                    g.size as i64
                 }
-                Err(c) => {
-                    out[i] = c as i64;
-                    continue;
-                }
+                Ok(_) => code::INVALID_PARAMS as i64,
+                Err(c) => c as i64,
             };
-            let pick = g
-                .replicas
-                .iter()
-                .find(|r| self.own_segment(r))
-                .or_else(|| g.replicas.first());
-            let Some(r) = pick.filter(|r| r.len == g.size) else {
-                out[i] = code::INTERNAL_ERROR as i64;
-                continue;
-            };
-            out[i] = g.size as i64;
-            if self.own_segment(r) {
-                copies.push(Copy {
-                    src: r.addr,
-                    dst,
-                    len: g.size,
-                });
-            } else {
-                match open(&r.endpoint) {
-                    Some(seg) => {
-                        reqs.push(Xfer {
-                            op: Opcode::Read,
-                            local: dst,
-                            segment: seg,
-                            remote: r.addr,
-                            len: g.size,
-                        });
-                        owner.push(i);
-                        bytes += g.size;
-                    }
-                    None => out[i] = code::TRANSFER_FAIL as i64,
-                }
+        }
+        // SAFETY: destinations are caller memory of at least `size` writable bytes (`dst`'s
+        // contract), whole objects whose holds we have.
+        let done = unsafe { self.read_replicas(&reads, fresh) };
+        for (r, i) in done.into_iter().zip(slot) {
+            if let Err(c) = r {
+                out[i] = c as i64;
             }
         }
-        if fresh {
-            copies.iter().for_each(|c| prefault_write(c.dst, c.len));
-        }
-        // SAFETY: sources lie in our own live segment, in complete versions we hold a read on;
-        // destinations are caller memory of at least `len` writable bytes (`dst`'s contract).
-        unsafe { copy_all(&copies) };
-        let fresh_dst: Vec<(u64, u64)> = match fresh {
-            true => reqs.iter().map(|r| (r.local, r.len)).collect(),
-            false => Vec::new(),
-        };
-        match populate_behind(&fresh_dst, || self.run_batch(&reqs, bytes)) {
-            BatchEnd::Done(ok) => {
-                for (j, done) in ok.into_iter().enumerate() {
-                    if !done {
-                        out[owner[j]] = code::TRANSFER_FAIL as i64;
-                    }
-                }
-            }
-            BatchEnd::Rejected(c) => owner.iter().for_each(|&i| out[i] = c as i64),
-            BatchEnd::TimedOut => owner
-                .iter()
-                .for_each(|&i| out[i] = code::TRANSFER_FAIL as i64),
-        }
-        if t0.elapsed() > Duration::from_millis(lease_ms) {
+        if !self.still_held(&hold) {
             for (i, g) in found.iter().enumerate() {
                 if g.code == code::OK && out[i] >= 0 {
                     out[i] = code::LEASE_EXPIRED as i64;
@@ -490,15 +515,12 @@ impl StoreClient {
         keys.sort_unstable();
         keys.dedup();
         let sh = &self.shared;
-        let t0 = Instant::now();
-        let (lease_ms, found) = match sh.lookup(&keys) {
+        let (hold, found) = match sh.lookup(&keys) {
             Ok(v) => v,
             Err(c) => return vec![c as i64; frags.len()],
         };
-        let mut reqs = Vec::new();
-        let mut owner = Vec::new();
-        let mut bytes = 0;
-        let mut open = sh.resolver();
+        let mut reads: Vec<Read> = Vec::new();
+        let mut slot: Vec<usize> = Vec::new();
         for (i, &(k, dst, src_off, len)) in frags.iter().enumerate() {
             let Ok(ki) = keys.binary_search(&k) else {
                 continue;
@@ -515,52 +537,24 @@ impl StoreClient {
             {
                 continue;
             }
-            let Some(r) = g
-                .replicas
-                .iter()
-                .find(|r| sh.own_segment(r))
-                .or_else(|| g.replicas.first())
-            else {
-                out[i] = code::INTERNAL_ERROR as i64;
-                continue;
-            };
             out[i] = len as i64;
-            if sh.own_segment(r) {
-                // SAFETY: the source range lies inside the replica (bounds checked against the
-                // object size) in our own live segment; the caller guarantees the destination.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        (r.addr + src_off) as *const u8,
-                        dst as *mut u8,
-                        len as usize,
-                    )
-                };
-            } else if let Some(seg) = open(&r.endpoint) {
-                reqs.push(Xfer {
-                    op: Opcode::Read,
-                    local: dst,
-                    segment: seg,
-                    remote: r.addr + src_off,
-                    len,
-                });
-                owner.push(i);
-                bytes += len;
-            } else {
-                out[i] = code::TRANSFER_FAIL as i64;
+            reads.push(Read {
+                dst,
+                off: src_off,
+                len,
+                found: g,
+            });
+            slot.push(i);
+        }
+        // SAFETY: the caller guarantees the destinations; each range lies inside its object
+        // (bounds checked against the object size above), whose hold we have.
+        let done = unsafe { sh.read_replicas(&reads, false) };
+        for (r, i) in done.into_iter().zip(slot) {
+            if let Err(c) = r {
+                out[i] = c as i64;
             }
         }
-        match sh.run_batch(&reqs, bytes) {
-            BatchEnd::Done(ok) => ok
-                .into_iter()
-                .enumerate()
-                .filter(|(_, d)| !d)
-                .for_each(|(j, _)| out[owner[j]] = code::TRANSFER_FAIL as i64),
-            BatchEnd::Rejected(c) => owner.iter().for_each(|&i| out[i] = c as i64),
-            BatchEnd::TimedOut => owner
-                .iter()
-                .for_each(|&i| out[i] = code::TRANSFER_FAIL as i64),
-        }
-        if t0.elapsed() > Duration::from_millis(lease_ms) {
+        if !sh.still_held(&hold) {
             out.iter_mut()
                 .filter(|r| **r >= 0)
                 .for_each(|r| *r = code::LEASE_EXPIRED as i64);

@@ -10,9 +10,11 @@ pub mod client;
 pub mod conn;
 pub mod copying;
 pub mod flows;
+mod holds;
 pub mod master;
 pub mod mem;
 pub mod proto;
+mod reads;
 
 pub use client::{StoreClient, StoreConfig};
 pub use proto::{WriteConfig, code};

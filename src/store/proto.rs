@@ -41,6 +41,9 @@ pub const MAX_NAME_LEN: usize = 512;
 pub const MAX_PATTERN_LEN: usize = 4096;
 /// Most preferred segments in one config.
 pub const MAX_PREFERRED: usize = 64;
+/// A read hold outlives its lease only while the reader's heartbeats arrive at most this far
+/// apart (they are sent every second).
+pub const HOLD_PING_GRACE_MS: u64 = 3_000;
 
 /// Mooncake's error codes (`types.h`), used per key in results and by the Python layer.
 pub mod code {
@@ -201,15 +204,28 @@ pub enum Request {
         /// Writes to drop.
         items: Vec<KeyVersion>,
     },
-    /// Replica lists for reading; grants a lease.
+    /// Replica lists for reading; grants a lease and, per key found, a read hold of this client
+    /// on the version (its buffers are not reused while the hold lasts).
     Get {
+        /// Reader (its heartbeats keep its holds alive past the lease).
+        client_id: u64,
         /// Keys.
         keys: Vec<String>,
     },
-    /// One-way: the reads of these versions finished (their buffers may be reused).
+    /// One-way: the reads of these versions finished (this client's holds on them end).
     ReadDone {
+        /// Reader.
+        client_id: u64,
         /// Versions read.
         items: Vec<KeyVersion>,
+    },
+    /// One-way: transfers to or from these segments just failed. The master places nothing new on
+    /// them until their owner's next heartbeat.
+    ReportFailed {
+        /// Reporter.
+        client_id: u64,
+        /// Segment names.
+        segments: Vec<String>,
     },
     /// Existence (1/0 per key); grants a lease.
     Exist {
@@ -264,10 +280,14 @@ pub enum Reply {
         /// Codes.
         codes: Vec<i32>,
     },
-    /// Get results, one per key; reads must finish within `lease_ms` of the request.
+    /// Get results, one per key. A read that finishes within `lease_ms` of the request is
+    /// valid; one that finishes later, within `hold_ms`, is valid when this client's heartbeats
+    /// reached the master throughout (each within [`HOLD_PING_GRACE_MS`] of the one before).
     Replicas {
-        /// Lease granted.
+        /// Lease granted (the hold lasts at least this long whatever the heartbeats).
         lease_ms: u64,
+        /// The longest a read hold lasts while the client keeps its heartbeats.
+        hold_ms: u64,
         /// Results.
         results: Vec<GetResult>,
     },
@@ -397,8 +417,12 @@ impl Request {
             }
             Request::PutEnd { items, .. }
             | Request::PutRevoke { items, .. }
-            | Request::ReadDone { items } => check_versions(items),
-            Request::Get { keys } | Request::Exist { keys } | Request::Remove { keys, .. } => {
+            | Request::ReadDone { items, .. } => check_versions(items),
+            Request::ReportFailed { segments, .. } => {
+                check_batch(segments.len())?;
+                segments.iter().try_for_each(|n| check_name(n))
+            }
+            Request::Get { keys, .. } | Request::Exist { keys } | Request::Remove { keys, .. } => {
                 check_keys(keys)
             }
             Request::RemoveByRegex { pattern, .. } => {
@@ -423,6 +447,7 @@ impl Request {
             Request::PutRevoke { .. } => "put_revoke",
             Request::Get { .. } => "get",
             Request::ReadDone { .. } => "read_done",
+            Request::ReportFailed { .. } => "report_failed",
             Request::Exist { .. } => "exist",
             Request::Remove { .. } => "remove",
             Request::RemoveByRegex { .. } => "remove_by_regex",
@@ -535,6 +560,7 @@ mod tests {
     #[test]
     fn frames_round_trip_and_bad_headers_are_refused() {
         let req = Request::Get {
+            client_id: 1,
             keys: vec!["a".into(), "b".into()],
         };
         let mut buf = Vec::new();
@@ -562,9 +588,13 @@ mod tests {
     #[test]
     fn bounds_are_checked() {
         let long = "k".repeat(MAX_KEY_LEN + 1);
-        assert!(Request::Get { keys: vec![long] }.validate().is_err());
+        assert!(Request::Get {
+            client_id: 1,
+            keys: vec![long]
+        }.validate().is_err());
         assert!(
             Request::Get {
+                client_id: 1,
                 keys: vec![String::new()]
             }
             .validate()
@@ -592,6 +622,7 @@ mod tests {
         assert!(mount.validate().is_err());
         assert!(
             Request::Get {
+                client_id: 1,
                 keys: vec!["ok".into()]
             }
             .validate()

@@ -38,14 +38,20 @@ tidewire-master: the tidewire Store master (accepts mooncake_master's flags, -f=
   --rpc_address=A                    address to bind (default 0.0.0.0)
   --rpc_port=P                       RPC port (default 50051)
   --rpc_thread_num=N                 most concurrent client connections (default 512)
-  --client_ttl=S                     seconds without a heartbeat before a client is dropped (10)
+  --client_ttl=S                     seconds without a heartbeat before a client's segments
+                                     take no new placements (10)
+  --client_grace_sec=S               further silent seconds before they are dropped with their
+                                     objects; a client that pings within them keeps all (10)
+  --max_read_hold_sec=S              longest a read hold lasts past its lease while the reader's
+                                     heartbeats arrive (120)
   --default_kv_lease_ttl=D           read lease, ms or 10s/5m/1h style (10000)
   --default_kv_soft_pin_ttl=D        soft-pin TTL, same format (1800000)
   --allow_evict_soft_pinned_objects=B  (true)
   --eviction_high_watermark_ratio=F  usage that starts eviction (0.90)
   --eviction_ratio=F                 fraction of capacity freed per pass (0.05)
   --put_start_discard_timeout_sec=S  unfinished writes discarded after (30)
-  --put_start_release_timeout_sec=S  their space reused after (600)
+  --put_start_release_timeout_sec=S  a discarded or pre-empted write's space is reused after
+                                     (600), or at once when its writer reports
   --allocation_strategy=S            random | free_ratio_first | local_first (random)
   --enable_http_metadata_server=B    serve HTTP metadata (false)
   --http_metadata_server_host=H      (default 0.0.0.0)
@@ -174,6 +180,8 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
                 }
             }
             "client_ttl" => m.client_ttl = Duration::from_secs(number(&name, v)?),
+            "client_grace_sec" => m.client_grace = Duration::from_secs(number(&name, v)?),
+            "max_read_hold_sec" => m.read_hold_max = Duration::from_secs(number(&name, v)?),
             "default_kv_lease_ttl" => m.lease_ttl = duration(&name, v)?,
             "default_kv_soft_pin_ttl" => m.soft_pin_ttl = duration(&name, v)?,
             "allow_evict_soft_pinned_objects" => m.allow_evict_soft_pinned = boolean(&name, v)?,

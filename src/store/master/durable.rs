@@ -2,8 +2,11 @@
 //! and which complete objects live where. Records are idempotent set/delete operations, queued
 //! while the changed key's shard is locked; a mutating request is answered only once its records
 //! are durable. A new leader rebuilds segments, their allocations and the objects from the latest
-//! snapshot plus the records after it. Leases, pins' timers, reads in progress and unfinished
-//! writes are not kept: a write in flight during a failover fails at PutEnd and must be retried.
+//! snapshot plus the records after it. Leases, pins' timers and reads in progress are not kept.
+//! Unfinished writes are kept as held space only (`hold`/`unhold` records): a write in flight
+//! during a failover fails at PutEnd and must be retried, but its space is not given to another
+//! object until its writer reports or the release timeout passes, so a transfer stalled across
+//! the failover cannot land in another object's bytes.
 
 use super::Master;
 use super::segments::Replica;
@@ -16,12 +19,28 @@ use std::sync::Arc;
 
 /// A complete object's record.
 pub fn put_record(key: &str, size: u64, replicas: &[Replica], hard_pin: bool) -> String {
-    let reps: Vec<Value> = replicas
+    json!({"op": "put", "key": key, "size": size, "hard_pin": hard_pin,
+           "replicas": replica_list(replicas)})
+    .to_string()
+}
+
+fn replica_list(replicas: &[Replica]) -> Vec<Value> {
+    replicas
         .iter()
         .map(|r| json!([&*r.endpoint, r.offset, r.len]))
-        .collect();
-    json!({"op": "put", "key": key, "size": size, "hard_pin": hard_pin, "replicas": reps})
-        .to_string()
+        .collect()
+}
+
+/// An unfinished write's space: a new leader keeps it from reuse until the writer reports.
+pub fn hold_record(key: &str, version: u64, writer: u64, replicas: &[Replica]) -> String {
+    json!({"op": "hold", "key": key, "version": version, "writer": writer,
+           "replicas": replica_list(replicas)})
+    .to_string()
+}
+
+/// The write's space is no longer held (freed, or published: a put record follows).
+pub fn unhold_record(key: &str, version: u64) -> String {
+    json!({"op": "unhold", "key": key, "version": version}).to_string()
 }
 
 /// A removed key's record.
@@ -78,7 +97,16 @@ impl Master {
                 serde_json::from_str(&put_record(&k, size, &reps, pin)).unwrap_or(Value::Null)
             })
             .collect();
-        json!({"segments": segments, "objects": objects}).to_string()
+        let holds: Vec<Value> = self
+            .objs
+            .export_holds()
+            .into_iter()
+            .map(|(k, version, writer, reps)| {
+                serde_json::from_str(&hold_record(&k, version, writer, &reps))
+                    .unwrap_or(Value::Null)
+            })
+            .collect();
+        json!({"segments": segments, "objects": objects, "holds": holds}).to_string()
     }
 
     fn apply(&self, r: &Value) {
@@ -102,24 +130,19 @@ impl Master {
             Some("del") => {
                 self.objs.remove(&s("key"), true, &self.segs, &self.cfg);
             }
+            Some("hold") => {
+                let key = s("key");
+                let reps = self.reserve_replicas(&key, r);
+                if !reps.is_empty() {
+                    let hold = (key, n("version"), n("writer"), reps);
+                    self.objs.restore_hold(hold, &self.cfg);
+                }
+            }
+            Some("unhold") => self.objs.release_hold(&s("key"), n("version"), &self.segs),
             Some("put") => {
                 let key = s("key");
                 self.objs.remove(&key, true, &self.segs, &self.cfg);
-                let mut reps = Vec::new();
-                for x in r["replicas"].as_array().into_iter().flatten() {
-                    let (name, off, len) = (
-                        x[0].as_str().unwrap_or_default(),
-                        x[1].as_u64().unwrap_or(0),
-                        x[2].as_u64().unwrap_or(0),
-                    );
-                    match self.segs.reserve(name, off, len) {
-                        Some(rep) => reps.push(rep),
-                        None => tw_log!(
-                            Level::Warn,
-                            "master: journal replica of {key:?} at {name}+{off} does not fit; dropped"
-                        ),
-                    }
-                }
+                let reps = self.reserve_replicas(&key, r);
                 if !reps.is_empty() {
                     let durable = (key, n("size"), reps, r["hard_pin"].as_bool() == Some(true));
                     self.objs.restore(durable, &self.segs);
@@ -127,6 +150,27 @@ impl Master {
             }
             _ => tw_log!(Level::Warn, "master: unknown journal record {r}"),
         }
+    }
+
+    /// Takes the buffers a record lists back from their segments (those that no longer fit are
+    /// dropped, with a warning).
+    fn reserve_replicas(&self, key: &str, r: &Value) -> Vec<Replica> {
+        let mut reps = Vec::new();
+        for x in r["replicas"].as_array().into_iter().flatten() {
+            let (name, off, len) = (
+                x[0].as_str().unwrap_or_default(),
+                x[1].as_u64().unwrap_or(0),
+                x[2].as_u64().unwrap_or(0),
+            );
+            match self.segs.reserve(name, off, len) {
+                Some(rep) => reps.push(rep),
+                None => tw_log!(
+                    Level::Warn,
+                    "master: journal replica of {key:?} at {name}+{off} does not fit; dropped"
+                ),
+            }
+        }
+        reps
     }
 
     /// Rebuilds the state from a journal (on an empty master, before it serves); returns the
@@ -141,6 +185,9 @@ impl Master {
             for r in v["objects"].as_array().into_iter().flatten() {
                 self.apply(r);
             }
+            for r in v["holds"].as_array().into_iter().flatten() {
+                self.apply(r);
+            }
         }
         for line in &rec.records {
             let r: Value =
@@ -153,9 +200,15 @@ impl Master {
     /// Starts journaling into `writer` (after [`restore`](Self::restore)).
     pub fn attach_journal(&self, writer: Arc<JournalWriter>) {
         let w = writer.clone();
-        let _ = self.objs.sink.set(Box::new(move |r| {
+        self.record_into(Box::new(move |r| {
             w.enqueue(vec![r]);
         }));
         let _ = self.journal.set(writer);
+    }
+
+    /// Sends every journal record to `sink` from now on (what `attach_journal` does, without
+    /// etcd; a second call is ignored).
+    pub fn record_into(&self, sink: super::objects::Sink) {
+        let _ = self.objs.sink.set(sink);
     }
 }

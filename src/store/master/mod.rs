@@ -32,8 +32,15 @@ pub struct MasterConfig {
     pub eviction_high_watermark: f64,
     /// Fraction of capacity one eviction pass frees (`--eviction_ratio`, 0.05).
     pub eviction_ratio: f64,
-    /// A client silent this long is gone (`--client_ttl`, 10 s).
+    /// A client silent this long is suspended: nothing new is placed on its segments
+    /// (`--client_ttl`, 10 s).
     pub client_ttl: Duration,
+    /// A suspended client that pings again within this grace keeps its segments and objects;
+    /// after `client_ttl + client_grace` of silence they are unmounted (`--client_grace_sec`, 10).
+    pub client_grace: Duration,
+    /// The longest a read hold lasts while its reader's heartbeats arrive (it lasts at least the
+    /// lease whatever they do) (`--max_read_hold_sec`, 120).
+    pub read_hold_max: Duration,
     /// An unfinished write older than this is discarded (`--put_start_discard_timeout_sec`, 30).
     pub put_start_discard_timeout: Duration,
     /// A discarded write's space is reused after this (`--put_start_release_timeout_sec`, 600).
@@ -51,6 +58,8 @@ impl Default for MasterConfig {
             eviction_high_watermark: 0.90,
             eviction_ratio: 0.05,
             client_ttl: Duration::from_secs(10),
+            client_grace: Duration::from_secs(10),
+            read_hold_max: Duration::from_secs(120),
             put_start_discard_timeout: Duration::from_secs(30),
             put_start_release_timeout: Duration::from_secs(600),
             strategy: Strategy::Random,
@@ -110,6 +119,19 @@ impl Master {
             .insert(client_id, Instant::now());
     }
 
+    /// Clients whose heartbeats are arriving (each within the hold grace of now).
+    fn heartbeating(&self) -> HashSet<u64> {
+        let grace = Duration::from_millis(crate::store::proto::HOLD_PING_GRACE_MS);
+        let now = Instant::now();
+        self.clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, t)| now.duration_since(**t) < grace)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// Answers one request (`None` for one-way messages).
     pub fn handle(&self, req: Request) -> Option<Reply> {
         if let Err(m) = req.validate() {
@@ -132,6 +154,7 @@ impl Master {
                 | Request::Exist { .. }
                 | Request::Ping { .. }
                 | Request::ReadDone { .. }
+                | Request::ReportFailed { .. }
         );
         let reply = self.dispatch(req);
         if mutating {
@@ -155,7 +178,17 @@ impl Master {
                 size,
             } => {
                 self.touch(client_id);
-                match self.segs.mount(client_id, &name, base, size) {
+                let mut mounted = self.segs.mount(client_id, &name, base, size);
+                if mounted == Err(code::SEGMENT_ALREADY_EXISTS) {
+                    // The name's owner went silent (a restarted process mounts it again under a
+                    // new client id): its segment and the objects there are gone for good.
+                    if let Some(old) = self.segs.id_of(&name).filter(|&id| self.segs.suspended(id))
+                    {
+                        self.unmount(&HashSet::from([old]));
+                        mounted = self.segs.mount(client_id, &name, base, size);
+                    }
+                }
+                match mounted {
                     Ok(_) => {
                         self.journal_mount(client_id, &name, base, size);
                         Reply::Ok
@@ -178,6 +211,8 @@ impl Master {
             },
             Request::Ping { client_id } => {
                 self.touch(client_id);
+                // Its heartbeat: the client's segments take new placements again.
+                self.segs.resume_client(client_id);
                 // Re-mount whenever the master holds no segment of this client (restart, or
                 // expired after missed heartbeats); clients without a segment ignore it.
                 Reply::Pong {
@@ -195,33 +230,49 @@ impl Master {
                     .iter()
                     .map(|it| {
                         self.objs
-                            .start(it, upsert, &config, &self.cfg, &self.segs, || {
+                            .start(it, client_id, upsert, &config, &self.cfg, &self.segs, || {
                                 self.allocate(it.size, &config)
                             })
                     })
                     .collect();
                 Reply::Started { results }
             }
-            Request::PutEnd { items, .. } => Reply::Codes {
+            Request::PutEnd { client_id, items } => Reply::Codes {
                 codes: items
                     .iter()
-                    .map(|kv| self.objs.end(kv, &self.segs))
+                    .map(|kv| self.objs.end(kv, client_id, &self.segs))
                     .collect(),
             },
-            Request::PutRevoke { items, .. } => Reply::Codes {
+            Request::PutRevoke { client_id, items } => Reply::Codes {
                 codes: items
                     .iter()
-                    .map(|kv| self.objs.revoke(kv, &self.segs))
+                    .map(|kv| self.objs.revoke(kv, client_id, &self.segs))
                     .collect(),
             },
-            Request::Get { keys } => Reply::Replicas {
+            Request::Get { client_id, keys } => Reply::Replicas {
                 lease_ms: self.cfg.lease_ttl.as_millis() as u64,
-                results: keys.iter().map(|k| self.objs.get(k, &self.cfg)).collect(),
-            },
-            Request::ReadDone { items } => {
-                items
+                hold_ms: self.cfg.read_hold_max.max(self.cfg.lease_ttl).as_millis() as u64,
+                results: keys
                     .iter()
-                    .for_each(|kv: &KeyVersion| self.objs.read_done(kv, &self.segs));
+                    .map(|k| self.objs.get(k, client_id, &self.cfg))
+                    .collect(),
+            },
+            Request::ReadDone { client_id, items } => {
+                items.iter().for_each(|kv: &KeyVersion| {
+                    self.objs.read_done(kv, client_id, &self.segs)
+                });
+                return None;
+            }
+            Request::ReportFailed { client_id, segments } => {
+                for name in &segments {
+                    if self.segs.mark_unhealthy(name) {
+                        tw_log!(
+                            crate::log::Level::Warn,
+                            "master: client {client_id:#x} reports failed transfers with segment \
+                             {name:?}; no new placements there until its owner pings"
+                        );
+                    }
+                }
                 return None;
             }
             Request::Exist { keys } => Reply::Codes {
@@ -304,7 +355,9 @@ impl Master {
 
     /// Runs the object passes now (also what `tick` does every 10th call).
     pub fn sweep(&self) {
-        self.objs.sweep(&self.segs, &self.cfg);
+        let alive = self.heartbeating();
+        self.objs
+            .sweep(&self.segs, &self.cfg, &|c| alive.contains(&c));
         let (_, used, cap) = self.segs.usage();
         if cap > 0
             && used as f64 >= cap as f64 * self.cfg.eviction_high_watermark
@@ -320,20 +373,38 @@ impl Master {
         }
     }
 
+    /// A client silent for `client_ttl` is suspended (no new placements on its segments; it
+    /// resumes when it pings); one silent for `client_ttl + client_grace` is dropped with its
+    /// segments and the objects there.
     fn expire_clients(&self) {
         let now = Instant::now();
-        let expired: Vec<u64> = {
+        let (silent, expired): (Vec<u64>, Vec<u64>) = {
             let mut c = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-            let gone: Vec<u64> = c
+            let silent: Vec<u64> = c
                 .iter()
                 .filter(|(_, t)| now.duration_since(**t) > self.cfg.client_ttl)
                 .map(|(id, _)| *id)
                 .collect();
+            let gone: Vec<u64> = silent
+                .iter()
+                .copied()
+                .filter(|id| now.duration_since(c[id]) > self.cfg.client_ttl + self.cfg.client_grace)
+                .collect();
             for id in &gone {
                 c.remove(id);
             }
-            gone
+            (silent, gone)
         };
+        for id in silent {
+            if self.segs.suspend_client(id) {
+                tw_log!(
+                    crate::log::Level::Warn,
+                    "master: client {id:#x} missed its heartbeats; no new placements on its \
+                     segments until it pings (dropped after {:?} more)",
+                    self.cfg.client_grace
+                );
+            }
+        }
         for id in expired {
             let segs: HashSet<u64> = self.segs.of_client(id).into_iter().collect();
             tw_log!(

@@ -1,5 +1,11 @@
-//! Object metadata, sharded by key: two-phase writes, versions with reader counts, leases, pins,
+//! Object metadata, sharded by key: two-phase writes, versions with read holds, leases, pins,
 //! retired buffers, eviction candidates. Lock order: one shard, then a segment allocator.
+//!
+//! A read hold is one client's reads of one version in progress: Get adds it, ReadDone ends it.
+//! A hold keeps the version's buffers from reuse while it is live: for the lease after it was
+//! granted, and beyond that, up to `MasterConfig::read_hold_max`, while its client's heartbeats
+//! keep arriving. The sweep ends holds that are no longer live, so a reader that dies mid-read
+//! holds its buffers for at most its lease (or a few seconds past its last heartbeat).
 
 use super::MasterConfig;
 use super::segments::{Replica, Segments};
@@ -12,19 +18,62 @@ use std::time::Instant;
 
 const SHARDS: usize = 64;
 
+/// One client's reads of a version in progress (see the module docs).
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    client: u64,
+    /// Reads in progress.
+    reads: u32,
+    /// When the newest of them was granted.
+    granted: Instant,
+}
+
+/// Whether a hold still protects its buffers at `now`; `alive` tells whether a client's
+/// heartbeats are arriving.
+fn hold_live(h: &Hold, now: Instant, cfg: &MasterConfig, alive: &dyn Fn(u64) -> bool) -> bool {
+    now < h.granted + cfg.lease_ttl || (now < h.granted + cfg.read_hold_max && alive(h.client))
+}
+
+/// Adds one read of `client`.
+fn add_hold(holds: &mut Vec<Hold>, client: u64, now: Instant) {
+    match holds.iter_mut().find(|h| h.client == client) {
+        Some(h) => {
+            h.reads = h.reads.saturating_add(1);
+            h.granted = now;
+        }
+        None => holds.push(Hold {
+            client,
+            reads: 1,
+            granted: now,
+        }),
+    }
+}
+
+/// Ends one read of `client` (ignored when it holds none: its hold already expired).
+fn end_hold(holds: &mut Vec<Hold>, client: u64) {
+    if let Some(i) = holds.iter().position(|h| h.client == client) {
+        holds[i].reads -= 1;
+        if holds[i].reads == 0 {
+            holds.swap_remove(i);
+        }
+    }
+}
+
 /// One readable or in-flight value: its buffers and the reads in progress on them.
 #[derive(Debug)]
 struct Version {
     id: u64,
     size: u64,
     replicas: Vec<Replica>,
-    readers: u32,
+    holds: Vec<Hold>,
 }
 
 #[derive(Debug)]
 struct Pending {
     v: Version,
     started: Instant,
+    /// The writing client (only it can report the write finished).
+    writer: u64,
 }
 
 #[derive(Debug)]
@@ -41,10 +90,27 @@ struct Object {
 #[derive(Debug)]
 struct Retired {
     replicas: Vec<Replica>,
-    readers: u32,
-    /// A pre-empted writer may still be writing: wait for `free_at` whatever the readers.
-    writer_hold: bool,
+    holds: Vec<Hold>,
+    /// A pre-empted or discarded write: its writer may still be writing until it reports (PutEnd
+    /// or PutRevoke) or until `free_at`.
+    writer: Option<Writer>,
     free_at: Instant,
+}
+
+/// The writer of dropped write space, and the key it wrote (for the journal).
+#[derive(Debug)]
+struct Writer {
+    client: u64,
+    key: Box<str>,
+}
+
+impl Retired {
+    fn due(&self, now: Instant) -> bool {
+        match self.writer {
+            Some(_) => self.free_at <= now,
+            None => self.holds.is_empty(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -59,6 +125,11 @@ pub type Sink = Box<dyn Fn(String) + Send + Sync>;
 
 /// A complete object as the journal keeps it: key, size, replicas, hard pin.
 pub type Durable = (String, u64, Vec<Replica>, bool);
+
+/// Space an unfinished write may still be writing, as the journal keeps it: key, write
+/// version, writer, buffers. A new leader keeps it from reuse until that writer reports or the
+/// release timeout passes, so a write stalled across a failover cannot land in another object.
+pub type WriteHold = (String, u64, u64, Vec<Replica>);
 
 /// Every object.
 pub struct Objects {
@@ -89,35 +160,107 @@ fn lease_active(o: &Object, now: Instant) -> bool {
 }
 
 impl Shard {
-    /// Drops a complete version: freed now unless reads are in flight.
-    fn drop_complete(&mut self, segs: &Segments, v: Version, lease_until: Option<Instant>) {
-        if v.readers == 0 {
+    /// Drops a complete version: freed now unless reads are in flight (then when they end).
+    fn drop_complete(&mut self, segs: &Segments, v: Version) {
+        if v.holds.is_empty() {
             free_all(segs, &v.replicas);
         } else {
             self.retired.insert(
                 v.id,
                 Retired {
                     replicas: v.replicas,
-                    readers: v.readers,
-                    writer_hold: false,
-                    free_at: lease_until.unwrap_or_else(Instant::now),
+                    holds: v.holds,
+                    writer: None,
+                    free_at: Instant::now(),
                 },
             );
         }
     }
 
-    /// Drops an unfinished write: its writer may still be writing, so the space is kept until
-    /// `started + release_timeout`.
-    fn drop_pending(&mut self, p: Pending, cfg: &MasterConfig) {
+    /// Drops an unfinished write whose writer may still be writing: the space is kept until the
+    /// writer reports (PutEnd/PutRevoke of this version) or until `started + release_timeout`
+    /// (a writer's transfer deadline can exceed the discard timeout, so only the release timeout
+    /// is sure to outlast a silent writer).
+    fn drop_pending(&mut self, key: &str, p: Pending, cfg: &MasterConfig) {
+        let free_at = p.started + cfg.put_start_release_timeout;
+        self.hold_write(key, p.v.id, p.writer, p.v.replicas, free_at);
+    }
+
+    /// Keeps `replicas` for the write `version` of `writer` until it reports or `free_at`.
+    fn hold_write(
+        &mut self,
+        key: &str,
+        version: u64,
+        writer: u64,
+        replicas: Vec<Replica>,
+        free_at: Instant,
+    ) {
         self.retired.insert(
-            p.v.id,
+            version,
             Retired {
-                replicas: p.v.replicas,
-                readers: 0,
-                writer_hold: true,
-                free_at: p.started + cfg.put_start_release_timeout,
+                replicas,
+                holds: Vec::new(),
+                writer: Some(Writer {
+                    client: writer,
+                    key: key.into(),
+                }),
+                free_at,
             },
         );
+    }
+
+    /// PutEnd/PutRevoke of a version that is not the key's write in progress: if it is a dropped
+    /// (pre-empted or discarded) write of this writer, its space is freed now. `INVALID_WRITE`,
+    /// or `OBJECT_NOT_FOUND` when the key is gone.
+    fn not_current(
+        &mut self,
+        kv: &KeyVersion,
+        writer: u64,
+        segs: &Segments,
+        emit: &dyn Fn(String),
+    ) -> i32 {
+        if self.writer_done(kv.version, writer, segs) {
+            emit(super::durable::unhold_record(&kv.key, kv.version));
+        }
+        match self.map.contains_key(&kv.key) {
+            true => code::INVALID_WRITE,
+            false => code::OBJECT_NOT_FOUND,
+        }
+    }
+
+    /// The writer of a dropped write reports that it stopped writing: its space is freed now.
+    /// Returns whether `version` was such a write of `writer`.
+    fn writer_done(&mut self, version: u64, writer: u64, segs: &Segments) -> bool {
+        if !self
+            .retired
+            .get(&version)
+            .is_some_and(|r| r.writer.as_ref().is_some_and(|w| w.client == writer))
+        {
+            return false;
+        }
+        let r = self.retired.remove(&version).unwrap_or_else(|| unreachable!());
+        free_all(segs, &r.replicas);
+        true
+    }
+
+    /// Frees retired space that is due; returns the (key, version) of the writes among it.
+    fn free_due(&mut self, now: Instant, segs: &Segments) -> Vec<(Box<str>, u64)> {
+        let due: Vec<u64> = self
+            .retired
+            .iter()
+            .filter(|(_, r)| r.due(now))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut writes = Vec::new();
+        for id in due {
+            if let Some(r) = self.retired.remove(&id) {
+                free_all(segs, &r.replicas);
+                if let Some(w) = r.writer {
+                    writes.push((w.key, id));
+                }
+            }
+        }
+        writes
     }
 
     /// Removes `key` whatever its state (the caller checked leases).
@@ -126,10 +269,10 @@ impl Shard {
             return false;
         };
         if let Some(p) = o.pending.take() {
-            self.drop_pending(p, cfg);
+            self.drop_pending(key, p, cfg);
         }
         if let Some(c) = o.complete.take() {
-            self.drop_complete(segs, c, o.lease_until);
+            self.drop_complete(segs, c);
         }
         true
     }
@@ -204,6 +347,41 @@ impl Objects {
         out
     }
 
+    /// Every write still holding space (in progress, pre-empted or discarded), for a snapshot.
+    pub fn export_holds(&self) -> Vec<WriteHold> {
+        let mut out = Vec::new();
+        for sh in self.all() {
+            for (k, o) in &sh.map {
+                if let Some(p) = &o.pending {
+                    out.push((k.clone(), p.v.id, p.writer, p.v.replicas.clone()));
+                }
+            }
+            for (id, r) in &sh.retired {
+                if let Some(w) = &r.writer {
+                    out.push((w.key.to_string(), *id, w.client, r.replicas.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Keeps the space of a write the journal says may still be in flight (after a failover),
+    /// until its writer reports or the release timeout passes.
+    pub fn restore_hold(&self, (key, version, writer, replicas): WriteHold, cfg: &MasterConfig) {
+        self.next_version.fetch_max(version + 1, Ordering::Relaxed);
+        let free_at = Instant::now() + cfg.put_start_release_timeout;
+        self.shard(&key)
+            .hold_write(&key, version, writer, replicas, free_at);
+    }
+
+    /// The journal says write `version` of `key` no longer holds its space: the space is freed
+    /// (or, when the write was published, now belongs to the object the next record restores).
+    pub fn release_hold(&self, key: &str, version: u64, segs: &Segments) {
+        if let Some(r) = self.shard(key).retired.remove(&version) {
+            free_all(segs, &r.replicas);
+        }
+    }
+
     /// Installs a complete object rebuilt from the journal (replaces any value of the key).
     pub fn restore(&self, (key, size, replicas, hard_pin): Durable, segs: &Segments) {
         let now = Instant::now();
@@ -216,7 +394,7 @@ impl Objects {
                     id,
                     size,
                     replicas,
-                    readers: 0,
+                    holds: Vec::new(),
                 }),
                 pending: None,
                 lease_until: None,
@@ -241,9 +419,11 @@ impl Objects {
 
     /// First phase of one put/upsert. `allocate` finds space (it may evict); it is called with
     /// no shard lock held.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         &self,
         item: &PutItem,
+        writer: u64,
         upsert: bool,
         wcfg: &WriteConfig,
         cfg: &MasterConfig,
@@ -273,7 +453,7 @@ impl Objects {
                     && o.pending.is_none()
                     && o.complete
                         .as_ref()
-                        .is_some_and(|c| c.size == size && c.readers == 0);
+                        .is_some_and(|c| c.size == size && c.holds.is_empty());
                 if in_place {
                     let mut v = o.complete.take().unwrap_or_else(|| unreachable!());
                     // Its bytes are about to be overwritten: no longer durable until PutEnd.
@@ -284,7 +464,12 @@ impl Objects {
                         version: v.id,
                         replicas: v.replicas.iter().map(Replica::desc).collect(),
                     };
-                    o.pending = Some(Pending { v, started: now });
+                    self.emit(|| super::durable::hold_record(key, v.id, writer, &v.replicas));
+                    o.pending = Some(Pending {
+                        v,
+                        started: now,
+                        writer,
+                    });
                     if soft_until.is_some() {
                         o.soft_pin_until = soft_until;
                     }
@@ -321,62 +506,76 @@ impl Objects {
             version: id,
             replicas: replicas.iter().map(Replica::desc).collect(),
         };
+        self.emit(|| super::durable::hold_record(key, id, writer, &replicas));
         let old = o.pending.replace(Pending {
             v: Version {
                 id,
                 size,
                 replicas,
-                readers: 0,
+                holds: Vec::new(),
             },
             started: now,
+            writer,
         });
         if let Some(p) = old {
-            // A write already in progress on this key is pre-empted.
-            sh.drop_pending(p, cfg);
+            // A write already in progress on this key is pre-empted: its space comes back when
+            // its writer reports.
+            sh.drop_pending(key, p, cfg);
         }
         result
     }
 
-    /// PutEnd: publishes the write; the previous value (if any) is freed once unread.
-    pub fn end(&self, kv: &KeyVersion, segs: &Segments) -> i32 {
+    /// PutEnd: publishes the write; the previous value (if any) is freed once unread. The end
+    /// of a write that was pre-empted or discarded is `INVALID_WRITE`, and its space is freed.
+    pub fn end(&self, kv: &KeyVersion, writer: u64, segs: &Segments) -> i32 {
         let mut sh = self.shard(&kv.key);
         let sh = &mut *sh;
-        let Some(o) = sh.map.get_mut(&kv.key) else {
-            return code::OBJECT_NOT_FOUND;
-        };
-        if o.pending.as_ref().is_none_or(|p| p.v.id != kv.version) {
-            return code::INVALID_WRITE;
+        let current = sh
+            .map
+            .get(&kv.key)
+            .and_then(|o| o.pending.as_ref())
+            .is_some_and(|p| p.v.id == kv.version);
+        if !current {
+            return sh.not_current(kv, writer, segs, &|r| self.emit(|| r));
         }
+        let o = sh.map.get_mut(&kv.key).unwrap_or_else(|| unreachable!());
         let p = o.pending.take().unwrap_or_else(|| unreachable!());
         o.last_access = Instant::now();
-        let lease = o.lease_until;
         let hard_pin = o.hard_pin;
+        self.emit(|| super::durable::unhold_record(&kv.key, kv.version));
         self.emit(|| super::durable::put_record(&kv.key, p.v.size, &p.v.replicas, hard_pin));
         if let Some(old) = o.complete.replace(p.v) {
-            sh.drop_complete(segs, old, lease);
+            sh.drop_complete(segs, old);
         }
         code::OK
     }
 
-    /// PutRevoke: drops the write (the writer has stopped writing), keeping an older value.
-    pub fn revoke(&self, kv: &KeyVersion, segs: &Segments) -> i32 {
+    /// PutRevoke: drops the write (the writer has stopped writing), keeping an older value. The
+    /// revoke of a write that was pre-empted or discarded frees its space (`INVALID_WRITE`).
+    pub fn revoke(&self, kv: &KeyVersion, writer: u64, segs: &Segments) -> i32 {
         let mut sh = self.shard(&kv.key);
+        let current = sh
+            .map
+            .get(&kv.key)
+            .and_then(|o| o.pending.as_ref())
+            .is_some_and(|p| p.v.id == kv.version);
+        if !current {
+            return sh.not_current(kv, writer, segs, &|r| self.emit(|| r));
+        }
         let Some(o) = sh.map.get_mut(&kv.key) else {
             return code::OBJECT_NOT_FOUND;
         };
-        if o.pending.as_ref().is_none_or(|p| p.v.id != kv.version) {
-            return code::INVALID_WRITE;
-        }
         let p = o.pending.take().unwrap_or_else(|| unreachable!());
         free_all(segs, &p.v.replicas);
         if o.complete.is_none() {
             sh.map.remove(&kv.key);
         }
+        self.emit(|| super::durable::unhold_record(&kv.key, kv.version));
         code::OK
     }
 
-    /// Replica lists for reading; each hit counts a reader and extends the lease.
-    pub fn get(&self, key: &str, cfg: &MasterConfig) -> GetResult {
+    /// Replica lists for reading; each hit adds a read hold of `reader` and extends the lease.
+    pub fn get(&self, key: &str, reader: u64, cfg: &MasterConfig) -> GetResult {
         let now = Instant::now();
         let miss = |code| GetResult {
             code,
@@ -391,7 +590,7 @@ impl Objects {
         let Some(c) = o.complete.as_mut() else {
             return miss(code::REPLICA_IS_NOT_READY);
         };
-        c.readers = c.readers.saturating_add(1);
+        add_hold(&mut c.holds, reader, now);
         let until = now + cfg.lease_ttl;
         o.lease_until = Some(o.lease_until.map_or(until, |t| t.max(until)));
         o.last_access = now;
@@ -406,8 +605,8 @@ impl Objects {
         }
     }
 
-    /// A read of `kv.version` finished.
-    pub fn read_done(&self, kv: &KeyVersion, segs: &Segments) {
+    /// A read of `kv.version` by `reader` finished.
+    pub fn read_done(&self, kv: &KeyVersion, reader: u64, segs: &Segments) {
         let mut sh = self.shard(&kv.key);
         if let Some(c) = sh
             .map
@@ -415,12 +614,12 @@ impl Objects {
             .and_then(|o| o.complete.as_mut())
             .filter(|c| c.id == kv.version)
         {
-            c.readers = c.readers.saturating_sub(1);
+            end_hold(&mut c.holds, reader);
             return;
         }
         if let Some(r) = sh.retired.get_mut(&kv.version) {
-            r.readers = r.readers.saturating_sub(1);
-            if r.readers == 0 && !r.writer_hold {
+            end_hold(&mut r.holds, reader);
+            if r.due(Instant::now()) {
                 let r = sh
                     .retired
                     .remove(&kv.version)
@@ -506,22 +705,18 @@ impl Objects {
         dropped
     }
 
-    /// Periodic work: frees retired buffers that are due, discards writes older than the discard
-    /// timeout, ends expired soft pins.
-    pub fn sweep(&self, segs: &Segments, cfg: &MasterConfig) {
+    /// Periodic work: ends read holds that are no longer live (`alive` tells whether a client's
+    /// heartbeats are arriving), frees retired buffers that are due, discards writes older than
+    /// the discard timeout, ends expired soft pins.
+    pub fn sweep(&self, segs: &Segments, cfg: &MasterConfig, alive: &dyn Fn(u64) -> bool) {
         let now = Instant::now();
         for mut sh in self.all() {
             let sh = &mut *sh;
-            let due: Vec<u64> = sh
-                .retired
-                .iter()
-                .filter(|(_, r)| r.free_at <= now || (r.readers == 0 && !r.writer_hold))
-                .map(|(id, _)| *id)
-                .collect();
-            for id in due {
-                if let Some(r) = sh.retired.remove(&id) {
-                    free_all(segs, &r.replicas);
-                }
+            for r in sh.retired.values_mut() {
+                r.holds.retain(|h| hold_live(h, now, cfg, alive));
+            }
+            for (key, version) in sh.free_due(now, segs) {
+                self.emit(|| super::durable::unhold_record(&key, version));
             }
             let stale: Vec<String> = sh
                 .map
@@ -539,7 +734,7 @@ impl Objects {
                 };
                 let p = o.pending.take().unwrap_or_else(|| unreachable!());
                 let gone = o.complete.is_none();
-                sh.drop_pending(p, cfg);
+                sh.drop_pending(&k, p, cfg);
                 if gone {
                     sh.map.remove(&k);
                 }
@@ -547,6 +742,9 @@ impl Objects {
             for o in sh.map.values_mut() {
                 if o.soft_pin_until.is_some_and(|t| t <= now) {
                     o.soft_pin_until = None;
+                }
+                if let Some(c) = o.complete.as_mut() {
+                    c.holds.retain(|h| hold_live(h, now, cfg, alive));
                 }
             }
         }
@@ -565,7 +763,7 @@ impl Objects {
                 if o.hard_pin
                     || o.pending.is_some()
                     || lease_active(o, now)
-                    || c.readers > 0
+                    || !c.holds.is_empty()
                     || (soft && !cfg.allow_evict_soft_pinned)
                 {
                     continue;

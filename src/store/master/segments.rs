@@ -3,7 +3,7 @@
 use crate::store::alloc::OffsetAllocator;
 use crate::store::proto::{ReplicaDesc, WriteConfig, code};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Most segments mounted at once (a bound on what clients can make the master hold).
@@ -12,7 +12,8 @@ pub const MAX_SEGMENTS: usize = 16384;
 /// How segments are chosen for new replicas (`--allocation_strategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
-    /// A random segment with room (Mooncake's default).
+    /// A random segment with room, chosen in proportion to its free bytes (Mooncake's default
+    /// picks uniformly).
     Random,
     /// The segment with the largest free fraction first.
     FreeRatioFirst,
@@ -48,6 +49,17 @@ pub struct Segment {
     /// Bytes.
     pub size: u64,
     alloc: Mutex<OffsetAllocator>,
+    /// Transfers with it failed since its owner's last heartbeat: no new placements.
+    unhealthy: AtomicBool,
+    /// Its owner missed its heartbeats: no new placements until it pings again.
+    suspended: AtomicBool,
+}
+
+impl Segment {
+    /// Whether new replicas may be placed here.
+    fn placeable(&self) -> bool {
+        !self.unhealthy.load(Ordering::Relaxed) && !self.suspended.load(Ordering::Relaxed)
+    }
 }
 
 /// A buffer held by an object.
@@ -88,6 +100,8 @@ pub struct Segments {
     table: RwLock<Table>,
     next_id: AtomicU64,
     rng: AtomicU64,
+    /// Unhealthy or suspended flags set (so a heartbeat of a client with none skips the scan).
+    flagged: AtomicU64,
 }
 
 impl Segments {
@@ -114,6 +128,8 @@ impl Segments {
             base,
             size,
             alloc: Mutex::new(OffsetAllocator::new(size)),
+            unhealthy: AtomicBool::new(false),
+            suspended: AtomicBool::new(false),
         });
         t.by_id.insert(id, seg);
         t.by_name.insert(name, id);
@@ -125,6 +141,7 @@ impl Segments {
         let mut t = self.table.write().unwrap_or_else(|e| e.into_inner());
         let s = t.by_id.remove(&id)?;
         t.by_name.remove(&s.name);
+        self.clear_flags(&s);
         Some(s)
     }
 
@@ -136,6 +153,58 @@ impl Segments {
             .by_name
             .get(name)
             .copied()
+    }
+
+    /// Marks the segment `name` unhealthy (until its owner's next heartbeat); returns whether it
+    /// was healthy before.
+    pub fn mark_unhealthy(&self, name: &str) -> bool {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let newly = t
+            .by_name
+            .get(name)
+            .is_some_and(|id| !t.by_id[id].unhealthy.swap(true, Ordering::Relaxed));
+        if newly {
+            self.flagged.fetch_add(1, Ordering::Relaxed);
+        }
+        newly
+    }
+
+    /// Suspends a silent client's segments; returns whether any was not suspended before.
+    pub fn suspend_client(&self, client_id: u64) -> bool {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let mut newly = 0;
+        for s in t.by_id.values().filter(|s| s.client_id == client_id) {
+            if !s.suspended.swap(true, Ordering::Relaxed) {
+                newly += 1;
+            }
+        }
+        self.flagged.fetch_add(newly, Ordering::Relaxed);
+        newly > 0
+    }
+
+    /// The client was heard from: its segments are healthy and not suspended.
+    pub fn resume_client(&self, client_id: u64) {
+        if self.flagged.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        for s in t.by_id.values().filter(|s| s.client_id == client_id) {
+            self.clear_flags(s);
+        }
+    }
+
+    fn clear_flags(&self, s: &Segment) {
+        let cleared = s.unhealthy.swap(false, Ordering::Relaxed) as u64
+            + s.suspended.swap(false, Ordering::Relaxed) as u64;
+        self.flagged.fetch_sub(cleared, Ordering::Relaxed);
+    }
+
+    /// Whether segment `id`'s owner is suspended (missed its heartbeats).
+    pub fn suspended(&self, id: u64) -> bool {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        t.by_id
+            .get(&id)
+            .is_some_and(|s| s.suspended.load(Ordering::Relaxed))
     }
 
     /// Ids of a client's segments.
@@ -265,7 +334,7 @@ impl Segments {
             let mut rest: Vec<Arc<Segment>> = t
                 .by_id
                 .values()
-                .filter(|s| !order.iter().any(|o| o.id == s.id))
+                .filter(|s| s.placeable() && !order.iter().any(|o| o.id == s.id))
                 .cloned()
                 .collect();
             rest.sort_by_key(|s| s.id);
@@ -281,18 +350,29 @@ impl Segments {
                     rest = keyed.into_iter().map(|(_, s)| s).collect();
                 }
                 _ => {
-                    let n = rest.len();
-                    if n > 1 {
-                        let k = (self.next_random() % n as u64) as usize;
-                        rest.rotate_left(k);
-                    }
+                    // A weighted shuffle (Efraimidis-Spirakis): each segment comes first with a
+                    // chance in proportion to its free bytes, so an empty node that just joined
+                    // takes its share of new objects, not all of them, and a full one few.
+                    let mut keyed: Vec<(f64, Arc<Segment>)> = rest
+                        .into_iter()
+                        .map(|s| {
+                            let free = {
+                                let a = s.alloc.lock().unwrap_or_else(|e| e.into_inner());
+                                (a.size() - a.used()) as f64
+                            };
+                            let u = ((self.next_random() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+                            (-u.ln() / free.max(1.0), s)
+                        })
+                        .collect();
+                    keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    rest = keyed.into_iter().map(|(_, s)| s).collect();
                 }
             }
             order.extend(rest);
             order
         };
         let mut out = Vec::with_capacity(want);
-        for s in segs {
+        for s in segs.into_iter().filter(|s| s.placeable()) {
             if out.len() == want {
                 break;
             }
@@ -352,5 +432,28 @@ mod tests {
         }
         s.unmount(a);
         assert_eq!(s.usage().0, 1);
+    }
+
+    #[test]
+    fn random_placement_follows_free_space() {
+        let s = Segments::default();
+        s.mount(1, "full:1", 0x1000, 64 << 20).unwrap();
+        s.mount(2, "empty:1", 0x1000_0000, 64 << 20).unwrap();
+        let on = |name: &str| WriteConfig {
+            preferred_segments: vec![name.into()],
+            ..WriteConfig::default()
+        };
+        // 56 of full's 64 MiB in use.
+        for _ in 0..56 {
+            s.allocate(1 << 20, &on("full:1"), Strategy::Random).unwrap();
+        }
+        let mut to_empty = 0;
+        for _ in 0..1000 {
+            let r = s.allocate(1024, &WriteConfig::default(), Strategy::Random).unwrap();
+            to_empty += (&*r[0].endpoint == "empty:1") as u32;
+            s.free(&r[0]);
+        }
+        // Free bytes 8 : 64, so about 889 of 1000 go to the empty segment; not all of them.
+        assert!((820..=950).contains(&to_empty), "{to_empty}");
     }
 }

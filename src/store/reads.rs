@@ -1,0 +1,145 @@
+//! Reading found objects from their replicas: our own segment by memcpy, the others by engine
+//! READ batches. A read whose transfer fails tries the object's next complete replica, and the
+//! segments that failed are reported to the master (it places nothing new there until their
+//! owner's next heartbeat).
+
+use super::batch::BatchEnd;
+use super::client::Shared;
+use super::mem::{Copy, copy_all, populate_behind, prefault_write};
+use super::proto::{GetResult, ReplicaDesc, Request, code};
+use crate::engine::Request as Xfer;
+use crate::transport::Opcode;
+
+/// One read: `len` bytes at offset `off` of a found object, into caller memory at `dst`.
+pub(crate) struct Read<'a> {
+    pub(crate) dst: u64,
+    pub(crate) off: u64,
+    pub(crate) len: u64,
+    pub(crate) found: &'a GetResult,
+}
+
+impl Shared {
+    /// Runs `reads`; per read, `Ok` or the code it failed with (`TRANSFER_FAIL` once every
+    /// replica failed, `INTERNAL_ERROR` when the object lists none of its size). `fresh`: the
+    /// destinations were just allocated (their pages are populated alongside the transfer).
+    ///
+    /// # Safety
+    /// Each `[dst, dst+len)` is writable caller memory, unshared during the call; each
+    /// `[off, off+len)` lies within its object (`found.size`), whose read hold the caller has.
+    pub(crate) unsafe fn read_replicas(&self, reads: &[Read<'_>], fresh: bool) -> Vec<Result<(), i32>> {
+        let mut out: Vec<Result<(), i32>> = vec![Ok(()); reads.len()];
+        let mut copies: Vec<Copy> = Vec::new();
+        // Per read still to go over the engine: its remote replicas, and which one is next.
+        let mut remote: Vec<(usize, Vec<&ReplicaDesc>, usize)> = Vec::new();
+        for (i, r) in reads.iter().enumerate() {
+            let fits = |d: &&ReplicaDesc| d.len == r.found.size;
+            if let Some(own) = r.found.replicas.iter().filter(fits).find(|d| self.own_segment(d)) {
+                copies.push(Copy {
+                    src: own.addr + r.off,
+                    dst: r.dst,
+                    len: r.len,
+                });
+                continue;
+            }
+            let others: Vec<&ReplicaDesc> = r.found.replicas.iter().filter(fits).collect();
+            if others.is_empty() {
+                out[i] = Err(code::INTERNAL_ERROR);
+            } else {
+                remote.push((i, others, 0));
+            }
+        }
+        if fresh {
+            copies.iter().for_each(|c| prefault_write(c.dst, c.len));
+        }
+        // SAFETY: sources lie in our own live segment inside complete versions the caller holds
+        // (offsets within the object); destinations are caller memory per this fn's contract.
+        unsafe { copy_all(&copies) };
+
+        let mut open = self.resolver();
+        let mut failed_segments: Vec<String> = Vec::new();
+        let mut first_round = true;
+        while !remote.is_empty() {
+            let mut reqs: Vec<Xfer> = Vec::new();
+            let mut owner: Vec<usize> = Vec::new();
+            let mut sent = vec![false; remote.len()];
+            let mut bytes = 0;
+            for (k, (i, reps, next)) in remote.iter_mut().enumerate() {
+                let r = &reads[*i];
+                while let Some(d) = reps.get(*next) {
+                    match open(&d.endpoint) {
+                        Some(seg) => {
+                            reqs.push(Xfer {
+                                op: Opcode::Read,
+                                local: r.dst,
+                                segment: seg,
+                                remote: d.addr + r.off,
+                                len: r.len,
+                            });
+                            owner.push(k);
+                            sent[k] = true;
+                            bytes += r.len;
+                            break;
+                        }
+                        None => {
+                            failed_segments.push(d.endpoint.clone());
+                            *next += 1;
+                        }
+                    }
+                }
+            }
+            let fresh_dst: Vec<(u64, u64)> = match fresh && first_round {
+                true => reqs.iter().map(|r| (r.local, r.len)).collect(),
+                false => Vec::new(),
+            };
+            first_round = false;
+            let mut retry = vec![false; remote.len()];
+            match populate_behind(&fresh_dst, || self.run_batch(&reqs, bytes)) {
+                BatchEnd::Done(ok) => {
+                    for (j, done) in ok.into_iter().enumerate() {
+                        if !done {
+                            let (_, reps, next) = &mut remote[owner[j]];
+                            failed_segments.push(reps[*next].endpoint.clone());
+                            *next += 1;
+                            retry[owner[j]] = true;
+                        }
+                    }
+                }
+                // Refused before anything moved (our memory, not the replica): no retry.
+                BatchEnd::Rejected(c) => owner.iter().for_each(|&k| out[remote[k].0] = Err(c)),
+                // Out of time: no retry either.
+                BatchEnd::TimedOut => owner
+                    .iter()
+                    .for_each(|&k| out[remote[k].0] = Err(code::TRANSFER_FAIL)),
+            }
+            let mut still = Vec::new();
+            for (k, item) in remote.into_iter().enumerate() {
+                let exhausted = item.2 >= item.1.len();
+                if !sent[k] && exhausted {
+                    // No replica could even be opened.
+                    out[item.0] = Err(code::TRANSFER_FAIL);
+                } else if retry[k] {
+                    match exhausted {
+                        true => out[item.0] = Err(code::TRANSFER_FAIL),
+                        false => still.push(item),
+                    }
+                }
+            }
+            remote = still;
+        }
+        self.report_failed(failed_segments);
+        out
+    }
+
+    /// Tells the master (one-way) that transfers with these segments just failed.
+    pub(crate) fn report_failed(&self, mut segments: Vec<String>) {
+        if segments.is_empty() {
+            return;
+        }
+        segments.sort_unstable();
+        segments.dedup();
+        self.conn.notify(&Request::ReportFailed {
+            client_id: self.client_id,
+            segments,
+        });
+    }
+}
