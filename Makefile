@@ -9,7 +9,7 @@ PY ?= $(VENV)/bin/python
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -pedantic -g -Iinclude
 BUILD_C := target/c_tests
 
-.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel tq-test
+.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel tq-test store-stress store-stress-mooncake
 
 all: build
 
@@ -103,6 +103,18 @@ wheel:
 py-tests: build
 	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
 	TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python $(PY) -m pytest -q python/tests
+
+## The Store's stress and fault suite, long variant (python/tests/store_stress.py): 2 GiB through a
+## 256 MiB segment, 20k cycles, a 1 GiB value, 512 threads in 8 processes; `make test` runs the
+## short one. store-stress-mooncake runs the same cases against the Mooncake wheel, for comparison
+## (in a private network namespace: Mooncake's listeners bind all addresses); it prints a table.
+store-stress: build
+	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
+	TIDEWIRE_STORE_STRESS=long TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python $(PY) -m pytest -q python/tests/test_store_stress.py
+
+store-stress-mooncake:
+	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
+	unshare -n bash -c 'ip link set lo up && PYTHONPATH=python $(PY) python/tests/store_stress.py --target mooncake $(STRESS_ARGS)'
 
 ## TransferQueue's own MooncakeStore client on tidewire (needs .venv-tq: scripts/setup_tq_venv.sh,
 ## several GiB); fails rather than skips when that environment is missing.

@@ -1,68 +1,15 @@
 /*
  * test_store.c — the Store's C API (tw_store_*) against a real tidewire-master process started
- * here (found next to the library: $TIDEWIRE_LIB's directory, or target/release), with two
- * clients: one contributing a segment, one without (its bytes cross engines). Covers copying and
- * zero-copy puts/gets, create-only vs upsert, ranges, existence, leases, removal, error codes
- * and bad arguments.
+ * here (store_master.h), with two clients: one contributing a segment, one without (its bytes
+ * cross engines). Covers copying and zero-copy puts/gets, create-only vs upsert, ranges,
+ * existence, leases, removal, error codes and bad arguments. Keys with their lengths (embedded
+ * NULs, the length limit) are in test_store_keys.c.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "common.h"
-
-static pid_t master_pid = -1;
-
-/* Starts tidewire-master on a free port; writes "127.0.0.1:PORT" into addr. */
-static int start_master(char *addr, size_t len) {
-    char bin[1024];
-    const char *lib = getenv("TIDEWIRE_LIB");
-    if (lib && strrchr(lib, '/')) {
-        size_t dir = (size_t)(strrchr(lib, '/') - lib);
-        snprintf(bin, sizeof bin, "%.*s/tidewire-master", (int)dir, lib);
-    } else {
-        snprintf(bin, sizeof bin, "target/release/tidewire-master");
-    }
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    master_pid = fork();
-    if (master_pid < 0) return -1;
-    if (master_pid == 0) {
-        dup2(fds[1], 1);
-        int quiet = open("/dev/null", O_WRONLY);
-        if (quiet >= 0) dup2(quiet, 2);
-        close(fds[0]);
-        close(fds[1]);
-        execl(bin, bin, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0",
-              "--metrics_host=127.0.0.1", "--default_kv_lease_ttl=300", (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    char line[256];
-    ssize_t n = 0;
-    while (n < (ssize_t)sizeof line - 1) {
-        ssize_t r = read(fds[0], line + n, 1);
-        if (r <= 0 || line[n] == '\n') break;
-        n += r;
-    }
-    line[n] = '\0';
-    close(fds[0]);
-    const char *p = strstr(line, "\"rpc_port\":");
-    if (!p) return -1;
-    snprintf(addr, len, "127.0.0.1:%d", atoi(p + 11));
-    return 0;
-}
-
-static void stop_master(void) {
-    if (master_pid > 0) {
-        kill(master_pid, SIGKILL);
-        waitpid(master_pid, NULL, 0);
-    }
-}
+#include "store_master.h"
 
 int main(void) {
     char master[64];
@@ -99,9 +46,9 @@ int main(void) {
     int32_t codes[N];
     int64_t got[N];
     tw_store_replicate_config cfg = {1, true, false, NULL};
-    CHECK_RC(tw_store_put(client, keys, ptrs, sizes, N, 0, 0, &cfg, codes), TW_STORE_OK);
+    CHECK_RC(tw_store_put(client, keys, NULL, ptrs, sizes, N, 0, 0, &cfg, codes), TW_STORE_OK);
     CHECK(codes[0] == 0 && codes[1] == 0 && codes[2] == 0, "zero-copy put of 3 keys");
-    CHECK_RC(tw_store_get_into(client, keys, dptrs, sizes, N, got), TW_STORE_OK);
+    CHECK_RC(tw_store_get_into(client, keys, NULL, dptrs, sizes, N, got), TW_STORE_OK);
     CHECK(got[0] == LEN && got[1] == LEN && got[2] == 100, "bytes read per key");
     CHECK(memcmp(src, dst, (size_t)LEN * 2 + 100) == 0, "values read back intact");
 
@@ -109,13 +56,13 @@ int main(void) {
     const char *k0[1] = {"c2"};
     const void *p0[1] = {"abc"};
     uint64_t s0[1] = {3};
-    CHECK_RC(tw_store_put(client, k0, p0, s0, 1, 0, 1, NULL, codes), TW_STORE_OK);
+    CHECK_RC(tw_store_put(client, k0, NULL, p0, s0, 1, 0, 1, NULL, codes), TW_STORE_OK);
     CHECK(codes[0] == 0, "duplicate put is 0");
-    CHECK_RC(tw_store_get_size(client, "c2"), 100);
-    CHECK_RC(tw_store_put(client, k0, p0, s0, 1, 1, 1, NULL, codes), TW_STORE_OK);
+    CHECK_RC(tw_store_get_size(client, "c2", 2), 100);
+    CHECK_RC(tw_store_put(client, k0, NULL, p0, s0, 1, 1, 1, NULL, codes), TW_STORE_OK);
     tw_store_value v[2];
     const char *k2[2] = {"c2", "missing"};
-    CHECK_RC(tw_store_get_copy(client, k2, 2, v, got), TW_STORE_OK);
+    CHECK_RC(tw_store_get_copy(client, k2, NULL, 2, v, got), TW_STORE_OK);
     CHECK(got[0] == 3 && v[0].len == 3 && memcmp(v[0].data, "abc", 3) == 0, "upserted value");
     CHECK(got[1] == TW_STORE_OBJECT_NOT_FOUND && v[1].data == NULL, "miss is -704");
     tw_store_value_release(&v[0]);
@@ -126,43 +73,45 @@ int main(void) {
     const char *rk[2] = {"c0", "c0"};
     void *rd[2] = {dst, dst + 10};
     uint64_t ro[2] = {5, LEN - 4}, rl[2] = {10, 8};
-    CHECK_RC(tw_store_get_ranges(client, rk, rd, ro, rl, 2, got), TW_STORE_OK);
+    CHECK_RC(tw_store_get_ranges(client, rk, NULL, rd, ro, rl, 2, got), TW_STORE_OK);
     CHECK(got[0] == 10 && memcmp(dst, src + 5, 10) == 0, "range inside the object");
     CHECK(got[1] == TW_STORE_INVALID_PARAMS, "range past the end is -600");
     uint64_t small[1] = {LEN - 1};
     void *d0[1] = {dst};
-    CHECK_RC(tw_store_get_into(client, keys, d0, small, 1, got), TW_STORE_OK);
+    CHECK_RC(tw_store_get_into(client, keys, NULL, d0, small, 1, got), TW_STORE_OK);
     CHECK(got[0] == TW_STORE_INVALID_PARAMS, "buffer too small is -600");
 
     /* Existence, lease, removal. */
     int32_t ex[2];
     const char *ek[2] = {"c0", "nope"};
-    CHECK_RC(tw_store_exist(client, ek, 2, ex), TW_STORE_OK);
+    CHECK_RC(tw_store_exist(client, ek, NULL, 2, ex), TW_STORE_OK);
     CHECK(ex[0] == 1 && ex[1] == 0, "exist 1/0");
-    CHECK_RC(tw_store_remove(client, ek, 2, false, ex), TW_STORE_OK);
+    CHECK_RC(tw_store_remove(client, ek, NULL, 2, false, ex), TW_STORE_OK);
     CHECK(ex[0] == TW_STORE_OBJECT_HAS_LEASE && ex[1] == TW_STORE_OBJECT_NOT_FOUND,
           "leased -706, missing -704");
-    CHECK_RC(tw_store_remove(client, ek, 1, true, ex), TW_STORE_OK);
+    CHECK_RC(tw_store_remove(client, ek, NULL, 1, true, ex), TW_STORE_OK);
     CHECK(ex[0] == 0, "forced removal");
     CHECK_RC(tw_store_remove_by_regex(client, "^c[12]$", true), 2);
     CHECK_RC(tw_store_remove_by_regex(client, "(", true), TW_STORE_INVALID_PARAMS);
     CHECK_RC(tw_store_remove_all(client, true), 0);
 
     /* Bad arguments: clear codes, no crash. */
-    CHECK_RC(tw_store_put(NULL, keys, ptrs, sizes, 1, 0, 0, NULL, codes), TW_STORE_INVALID_PARAMS);
-    CHECK_RC(tw_store_put(client, NULL, ptrs, sizes, 1, 0, 0, NULL, codes), TW_STORE_INVALID_PARAMS);
-    CHECK_RC(tw_store_get_into(client, keys, dptrs, sizes, 1, NULL), TW_STORE_INVALID_PARAMS);
+    CHECK_RC(tw_store_put(NULL, keys, NULL, ptrs, sizes, 1, 0, 0, NULL, codes),
+             TW_STORE_INVALID_PARAMS);
+    CHECK_RC(tw_store_put(client, NULL, NULL, ptrs, sizes, 1, 0, 0, NULL, codes),
+             TW_STORE_INVALID_PARAMS);
+    CHECK_RC(tw_store_get_into(client, keys, NULL, dptrs, sizes, 1, NULL), TW_STORE_INVALID_PARAMS);
     const char *nk[1] = {NULL};
-    CHECK_RC(tw_store_put(client, nk, ptrs, sizes, 1, 1, 0, NULL, codes), TW_STORE_OK);
+    CHECK_RC(tw_store_put(client, nk, NULL, ptrs, sizes, 1, 1, 0, NULL, codes), TW_STORE_OK);
     CHECK(codes[0] == TW_STORE_INVALID_PARAMS, "NULL key is -600");
     const void *bad[1] = {(const void *)8};
-    CHECK_RC(tw_store_put(client, keys, bad, sizes, 1, 1, 0, NULL, codes), TW_STORE_OK);
+    CHECK_RC(tw_store_put(client, keys, NULL, bad, sizes, 1, 1, 0, NULL, codes), TW_STORE_OK);
     CHECK(codes[0] == TW_STORE_INVALID_PARAMS, "unmapped source is -600");
     uint64_t huge[1] = {1ull << 40};
-    CHECK_RC(tw_store_put(client, keys, ptrs, huge, 1, 1, 0, NULL, codes), TW_STORE_OK);
+    CHECK_RC(tw_store_put(client, keys, NULL, ptrs, huge, 1, 1, 0, NULL, codes), TW_STORE_OK);
     CHECK(codes[0] == TW_STORE_NO_AVAILABLE_HANDLE, "no segment has room: -200");
     CHECK_RC(tw_store_register_buffer(client, NULL, 10), TW_STORE_INVALID_PARAMS);
-    CHECK_RC(tw_store_get_size(client, NULL), TW_STORE_INVALID_PARAMS);
+    CHECK_RC(tw_store_get_size(client, NULL, 0), TW_STORE_INVALID_PARAMS);
     tw_store *none = NULL;
     CHECK_RC(tw_store_setup("127.0.0.1", "redis://x:6379", 0, 0, "tcp", NULL, master, &none),
              TW_STORE_INVALID_PARAMS);

@@ -57,6 +57,20 @@
 #define TW_LOCAL_SEGMENT 0
 
 /*
+ Longest key, in bytes (Mooncake's limit, 1 MiB).
+
+ Keys are byte strings of their full length. Every call that takes an array of keys
+ (`keys_in`) takes a `key_lens` array right after it: NULL means each key is a NUL-terminated
+ C string; otherwise key `i` is exactly `key_lens[i]` bytes at `keys_in[i]`, NUL bytes
+ included and no terminator read, so `"k\0a"` and `"k\0b"` are two keys. A key must be 1 to
+ `TW_STORE_MAX_KEY_LEN` bytes of UTF-8. A key that is NULL (with a nonzero length), empty,
+ longer or not UTF-8 fails on its own with `TW_STORE_INVALID_PARAMS` in its result slot, and
+ `tw_last_error_message()` names the first such key; a key longer than the limit is refused
+ without being read. `tw_store_get_size` takes one key and its length, with the same rules.
+ */
+#define TW_STORE_MAX_KEY_LEN 1048576
+
+/*
  Success.
  */
 #define TW_STORE_OK 0
@@ -839,11 +853,13 @@ int32_t tw_store_unregister_buffer(const struct tw_store *s, void *addr);
  each value in the local buffer first (Mooncake's copying `put`/`upsert`). `cfg` may be NULL.
 
  # Safety
- `s` is a live handle; `keys`, `ptrs`, `sizes` hold `n` elements, each `ptrs[i]` readable for
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes, each readable for its length; `ptrs`, `sizes` hold `n` elements, each `ptrs[i]` readable for
  `sizes[i]` bytes and unchanged during the call; `results` is writable for `n` elements.
  */
 int32_t tw_store_put(const struct tw_store *s,
                      const char *const *keys_in,
+                     const size_t *key_lens,
                      const void *const *ptrs,
                      const uint64_t *sizes,
                      size_t n,
@@ -857,11 +873,13 @@ int32_t tw_store_put(const struct tw_store *s,
  negative code (-704 missing, -600 buffer too small).
 
  # Safety
- `s` is a live handle; arrays hold `n` elements; each `ptrs[i]` is writable for `caps[i]`
- bytes and unshared during the call; `results` is writable for `n` elements.
+ `s` is a live handle; arrays hold `n` elements (`key_lens` may be NULL: see
+ `TW_STORE_MAX_KEY_LEN`); each key is readable for its length; each `ptrs[i]` is writable for `caps[i]` bytes and
+ unshared during the call; `results` is writable for `n` elements.
  */
 int32_t tw_store_get_into(const struct tw_store *s,
                           const char *const *keys_in,
+                          const size_t *key_lens,
                           void *const *ptrs,
                           const uint64_t *caps,
                           size_t n,
@@ -872,10 +890,12 @@ int32_t tw_store_get_into(const struct tw_store *s,
  `tw_store_value_release`) and in `results` its length or a negative code.
 
  # Safety
- `s` is a live handle; `keys_in` holds `n` keys; `values` and `results` are writable for `n`.
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes, each readable for its length; `values` and `results` are writable for `n`.
  */
 int32_t tw_store_get_copy(const struct tw_store *s,
                           const char *const *keys_in,
+                          const size_t *key_lens,
                           size_t n,
                           struct tw_store_value *values,
                           int64_t *results);
@@ -893,11 +913,13 @@ void tw_store_value_release(struct tw_store_value *v);
  `dsts[i]`; per fragment in `results`: bytes read or a negative code.
 
  # Safety
- `s` is a live handle; arrays hold `n` elements; each `dsts[i]` is writable for `lens[i]`
- bytes and unshared during the call.
+ `s` is a live handle; arrays hold `n` elements (`key_lens` may be NULL: see
+ `TW_STORE_MAX_KEY_LEN`); each key is readable for its length; each `dsts[i]` is writable for `lens[i]` bytes and
+ unshared during the call; `results` is writable for `n` elements.
  */
 int32_t tw_store_get_ranges(const struct tw_store *s,
                             const char *const *keys_in,
+                            const size_t *key_lens,
                             void *const *dsts,
                             const uint64_t *src_offsets,
                             const uint64_t *lens,
@@ -905,21 +927,25 @@ int32_t tw_store_get_ranges(const struct tw_store *s,
                             int64_t *results);
 
 /*
- Size of an object, or a negative code (-704 missing).
+ Size of an object, or a negative code (-704 missing, -600 for an unusable key). The key is
+ the `key_len` bytes at `key` (NUL bytes included; no terminator is read).
 
  # Safety
- `s` is a live handle; `key` is a C string.
+ `s` is a live handle; `key` is NULL (only with `key_len == 0`) or readable for `key_len`
+ bytes when `key_len <= TW_STORE_MAX_KEY_LEN` (a longer key is refused without being read).
  */
-int64_t tw_store_get_size(const struct tw_store *s, const char *key);
+int64_t tw_store_get_size(const struct tw_store *s, const char *key, size_t key_len);
 
 /*
  Existence of `n` keys: per key 1, 0, or a negative code.
 
  # Safety
- `s` is a live handle; `keys_in` holds `n` keys; `results` is writable for `n`.
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes, each readable for its length; `results` is writable for `n`.
  */
 int32_t tw_store_exist(const struct tw_store *s,
                        const char *const *keys_in,
+                       const size_t *key_lens,
                        size_t n,
                        int32_t *results);
 
@@ -927,10 +953,12 @@ int32_t tw_store_exist(const struct tw_store *s,
  Removes `n` keys: per key 0, -704 missing, -706 leased (unless `force`).
 
  # Safety
- `s` is a live handle; `keys_in` holds `n` keys; `results` is writable for `n`.
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes, each readable for its length; `results` is writable for `n`.
  */
 int32_t tw_store_remove(const struct tw_store *s,
                         const char *const *keys_in,
+                        const size_t *key_lens,
                         size_t n,
                         bool force,
                         int32_t *results);
@@ -959,12 +987,14 @@ int64_t tw_store_remove_all(const struct tw_store *s, bool force);
  negative may have been partly written.
 
  # Safety
- `s` is a live handle; `keys_in` holds `n` keys; `results` is writable for `n`; `alloc` is
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes, each readable for its length; `results` is writable for `n`; `alloc` is
  non-NULL and each address it returns is writable for the size asked and unshared until this
  call returns.
  */
 int32_t tw_store_get_sized(const struct tw_store *s,
                            const char *const *keys_in,
+                           const size_t *key_lens,
                            size_t n,
                            tw_store_alloc_fn alloc,
                            void *ctx,

@@ -423,11 +423,11 @@ def test_get_sized_callback_contract(cluster):
 
     res = (c_int64 * 4)()
     h = s._h
-    assert _ffi.lib().tw_store_get_sized(h, karr, 4, AllocFn(alloc), None, res) == 0
+    assert _ffi.lib().tw_store_get_sized(h, karr, None, 4, AllocFn(alloc), None, res) == 0
     assert asked == [(0, 5000), (2, 7), (3, 76800)]
     assert list(res) == [5000, -704, -1, 76800]
     assert bufs[0].raw == vals["gs/a"] and bufs[3].raw == vals["gs/c"]
-    assert _ffi.lib().tw_store_get_sized(h, karr, 4, AllocFn(0), None, res) == -600
+    assert _ffi.lib().tw_store_get_sized(h, karr, None, 4, AllocFn(0), None, res) == -600
     # get_batch itself: bytes straight from the store, b'' for misses.
     assert s.get_batch(keys) == [vals["gs/a"], b"", vals["gs/b"], vals["gs/c"]]
 
@@ -448,15 +448,18 @@ def test_copying_put_of_overlapping_views(cluster):
 
 
 def test_key_arrays_round_trip():
-    """The packed key array the library reads: every key back, in order, NUL-terminated."""
+    """The packed key arrays the library reads: every key back, in order, at its full length
+    (NUL bytes included)."""
     from tidewire import store as st
 
-    keys = ["a", "", "ключ-ü", b"raw-bytes", "x" * 300] + [f"k{i}" for i in range(1000)]
-    arr, keep = st._keys(keys)
-    want = [k.encode() if isinstance(k, str) else k for k in keys]
-    assert [arr[i] for i in range(len(keys))] == want
-    empty, _ = st._keys([])
-    assert len(empty) == 0
+    keys = ["a", "", "ключ-ü", b"raw-bytes", "x" * 300, "k\0a", bytearray(b"\0")]
+    keys += [f"k{i}" for i in range(1000)]
+    arr, lens, keep = st._keys(keys)
+    ptrs = ctypes.cast(arr, ctypes.POINTER(ctypes.c_void_p))
+    want = [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
+    assert [ctypes.string_at(ptrs[i] or 0, lens[i]) for i in range(len(keys))] == want
+    empty, empty_lens, _ = st._keys([])
+    assert len(empty) == 0 and len(empty_lens) == 0
     res, cres = st._codes(3)
     cres[1] = -704
     assert res.tolist() == [0, -704, 0]

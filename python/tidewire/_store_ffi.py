@@ -36,7 +36,10 @@ class StoreValue(Structure):
 AllocFn = CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_uint64)
 
 _p = POINTER
+# A key array is followed by its lengths (NULL: NUL-terminated keys; the package always passes
+# lengths, so keys keep their NUL bytes).
 _keys = _p(c_char_p)
+_lens = _p(c_size_t)
 
 #: name -> (argtypes, restype) for every ``tw_store_*`` function.
 STORE_SIGNATURES = {
@@ -50,25 +53,29 @@ STORE_SIGNATURES = {
     "tw_store_register_buffer": ([c_void_p, c_void_p, c_uint64], c_int32),
     "tw_store_unregister_buffer": ([c_void_p, c_void_p], c_int32),
     "tw_store_put": (
-        [c_void_p, _keys, _p(c_void_p), _p(c_uint64), c_size_t, c_int32, c_int32,
+        [c_void_p, _keys, _lens, _p(c_void_p), _p(c_uint64), c_size_t, c_int32, c_int32,
          _p(ReplicateConfigC), _p(c_int32)],
         c_int32,
     ),
     "tw_store_get_into": (
-        [c_void_p, _keys, _p(c_void_p), _p(c_uint64), c_size_t, _p(c_int64)],
+        [c_void_p, _keys, _lens, _p(c_void_p), _p(c_uint64), c_size_t, _p(c_int64)],
         c_int32,
     ),
-    "tw_store_get_copy": ([c_void_p, _keys, c_size_t, _p(StoreValue), _p(c_int64)], c_int32),
+    "tw_store_get_copy": (
+        [c_void_p, _keys, _lens, c_size_t, _p(StoreValue), _p(c_int64)], c_int32
+    ),
     "tw_store_value_release": ([_p(StoreValue)], None),
-    "tw_store_get_sized": ([c_void_p, _keys, c_size_t, AllocFn, c_void_p, _p(c_int64)], c_int32),
+    "tw_store_get_sized": (
+        [c_void_p, _keys, _lens, c_size_t, AllocFn, c_void_p, _p(c_int64)], c_int32
+    ),
     "tw_store_get_ranges": (
-        [c_void_p, _keys, _p(c_void_p), _p(c_uint64), _p(c_uint64), c_size_t, _p(c_int64)],
+        [c_void_p, _keys, _lens, _p(c_void_p), _p(c_uint64), _p(c_uint64), c_size_t, _p(c_int64)],
         c_int32,
     ),
-    "tw_store_get_size": ([c_void_p, c_char_p], c_int64),
-    "tw_store_exist": ([c_void_p, _keys, c_size_t, _p(c_int32)], c_int32),
-    "tw_store_remove": ([c_void_p, _keys, c_size_t, c_bool, _p(c_int32)], c_int32),
+    "tw_store_get_size": ([c_void_p, c_char_p, c_size_t], c_int64),
+    "tw_store_exist": ([c_void_p, _keys, _lens, c_size_t, _p(c_int32)], c_int32),
+    "tw_store_remove": ([c_void_p, _keys, _lens, c_size_t, c_bool, _p(c_int32)], c_int32),
     "tw_store_remove_by_regex": ([c_void_p, c_char_p, c_bool], c_int64),
     "tw_store_remove_all": ([c_void_p, c_bool], c_int64),
 }
-del _p, _keys
+del _p, _keys, _lens

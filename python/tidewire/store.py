@@ -17,6 +17,17 @@ Return conventions (as Mooncake's Python API):
 - ``get_size``: the size or ``-704``. ``is_exist``: 1/0/-1. ``remove``: 0, -704, -706 (leased,
   unless ``force``). ``remove_by_regex``/``remove_all``: the count removed.
 
+Keys are ``str`` (``bytes`` and ``bytearray`` are taken too, as Mooncake's binding does), used
+as byte strings of their full UTF-8 length: ``"k\0a"`` and ``"k\0b"`` are two keys, and neither
+is ``"k"``. Any other type raises ``TypeError`` in every method, before anything else is checked
+(Mooncake raises ``TypeError`` too), and so does a ``str`` or ``bytes`` given where a list of
+keys is expected. A key that is empty, longer than ``MAX_KEY_LEN`` (1 MiB, Mooncake's limit)
+bytes or not valid UTF-8 (a ``str`` with lone surrogates, or such ``bytes``) fails on its own, as
+every method reports a bad key: ``-600`` where a code is returned (``put*``, ``upsert*``,
+``get_into``, ``get_size``, ``remove``, each per key of the ``batch_*`` forms and per fragment
+of ``get_into_ranges``), ``b''`` from ``get``/``get_batch``, ``None`` from ``get_buffer``, ``-1``
+from ``is_exist``.
+
 Codes: -1 internal, -10 buffer overflow, -101 segment not found, -200 no space,
 -600 invalid parameters, -703 being written, -704 not found, -706 has lease, -707 lease
 expired, -800 transfer failed, -900 master unreachable, -901 master timeout.
@@ -30,7 +41,7 @@ import itertools
 import operator
 import threading
 from array import array
-from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_uint64, c_void_p
+from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_size_t, c_uint64, c_void_p
 
 from . import _ffi
 from ._store_ffi import AllocFn, ReplicateConfigC, StoreValue
@@ -40,6 +51,8 @@ __all__ = ["MooncakeDistributedStore", "ReplicateConfig", "BufferHandle"]
 INTERNAL_ERROR = -1
 INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
+#: Longest key in bytes (``TW_STORE_MAX_KEY_LEN``, Mooncake's limit).
+MAX_KEY_LEN = 1 << 20
 
 _MiB = 1024 * 1024
 
@@ -121,19 +134,66 @@ def _bytes_address(b):
 
 
 _PTR_CODE = "Q" if ctypes.sizeof(c_void_p) == 8 else "I"
+_SIZE_CODE = "Q" if ctypes.sizeof(c_size_t) == 8 else "I"
+
+
+def _key_bytes(key):
+    """A key as the library takes it: a ``str`` as its UTF-8 bytes (lone surrogates kept, so the
+    library refuses them as invalid UTF-8), ``bytes``/``bytearray`` as they are. Any other type
+    raises ``TypeError``."""
+    if type(key) is str:
+        return key.encode("utf-8", "surrogatepass")
+    if isinstance(key, str):
+        return str.encode(key, "utf-8", "surrogatepass")
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key)
+    raise TypeError(f"a store key must be str, not {type(key).__name__}")
+
+
+def _key_list(keys):
+    """A batch's keys as bytes (see ``_key_bytes``). A ``str`` or ``bytes`` where the list should
+    be, or something that is not iterable, raises ``TypeError``."""
+    if isinstance(keys, (str, bytes, bytearray)):
+        raise TypeError(f"store keys must be a list of str, not {type(keys).__name__}")
+    try:
+        it = iter(keys)
+    except TypeError:
+        raise TypeError(f"store keys must be a list of str, not {type(keys).__name__}") from None
+    return [_key_bytes(k) for k in it]
+
+
+def _key_list_of_lists(groups):
+    """``get_into_ranges``' ``all_keys``: a list of key lists (``TypeError`` otherwise)."""
+    if isinstance(groups, (str, bytes, bytearray)):
+        raise TypeError(f"all_keys must be a list of lists of str, not {type(groups).__name__}")
+    try:
+        return list(groups)
+    except TypeError:
+        raise TypeError(
+            f"all_keys must be a list of lists of str, not {type(groups).__name__}"
+        ) from None
+
+
+def _c_keys(enc):
+    """Encoded keys as the C arrays the library reads (pointers, then lengths), and what keeps
+    them alive: one joined buffer, pointers into it and the lengths, built by C loops (768 keys:
+    ~120 us; a ``c_char_p`` array ~190 us). Every key keeps all its bytes, NULs included."""
+    if not enc:
+        return (c_char_p * 0)(), (c_size_t * 0)(), enc
+    blob = b"".join(enc)
+    base = ctypes.cast(c_char_p(blob), c_void_p).value
+    lens = array(_SIZE_CODE, map(len, enc))
+    ptrs = array(_PTR_CODE, itertools.accumulate(lens[:-1], initial=base))
+    return (
+        ctypes.cast(ptrs.buffer_info()[0], POINTER(c_char_p)),
+        ctypes.cast(lens.buffer_info()[0], POINTER(c_size_t)),
+        (blob, ptrs, lens),
+    )
 
 
 def _keys(keys):
-    """Keys as a C array of NUL-terminated strings, and what keeps it alive: one joined buffer
-    and pointers into it, built by C loops (768 keys: ~120 us; a ``c_char_p`` array ~190 us).
-    A key with a NUL byte ends there for the library, as with ``c_char_p``."""
-    enc = [k.encode("utf-8") if isinstance(k, str) else bytes(k) for k in keys]
-    if not enc:
-        return (c_char_p * 0)(), enc
-    blob = b"\0".join(enc) + b"\0"
-    base = ctypes.cast(c_char_p(blob), c_void_p).value
-    ptrs = array(_PTR_CODE, itertools.accumulate((len(e) + 1 for e in enc[:-1]), initial=base))
-    return ctypes.cast(ptrs.buffer_info()[0], POINTER(c_char_p)), (blob, ptrs)
+    """``_c_keys`` of ``_key_list(keys)``."""
+    return _c_keys(_key_list(keys))
 
 
 def _codes(n):
@@ -318,23 +378,25 @@ class MooncakeDistributedStore:
             return []
         return None
 
-    def _put(self, keys, ptrs, sizes, upsert, copy, config):
-        settled = self._settled_by_args(keys, ptrs, sizes)
+    def _put(self, enc, ptrs, sizes, upsert, copy, config):
+        """Writes the encoded keys ``enc`` (see ``_key_list``)."""
+        settled = self._settled_by_args(enc, ptrs, sizes)
         if settled is not None:
             return settled
-        n = len(keys)
+        n = len(enc)
         cptrs, csizes = _c_buffers(ptrs, sizes)
-        karr, _keep = _keys(keys)
+        karr, klens, _keep = _c_keys(enc)
         res, cres = _codes(n)
         cfg = (config or ReplicateConfig())._c()
         rc = _ffi.lib().tw_store_put(
-            self._h, karr, cptrs, csizes, n, 1 if upsert else 0, 1 if copy else 0, byref(cfg), cres,
+            self._h, karr, klens, cptrs, csizes, n, 1 if upsert else 0, 1 if copy else 0,
+            byref(cfg), cres,
         )
         return [rc] * n if rc != 0 else res.tolist()
 
-    def _put_values(self, keys, values, upsert, config):
+    def _put_values(self, enc, values, upsert, config):
         addrs = [_address(v) for v in values]
-        return self._put(keys, [a[0] for a in addrs], [a[1] for a in addrs], upsert, True, config)
+        return self._put(enc, [a[0] for a in addrs], [a[1] for a in addrs], upsert, True, config)
 
     @staticmethod
     def _first_error(codes):
@@ -342,76 +404,81 @@ class MooncakeDistributedStore:
 
     def put(self, key, value, config=None):
         """Create-only put of a bytes-like value (copied through the local buffer)."""
-        return self._put_values([key], [value], False, config)[0]
+        return self._put_values([_key_bytes(key)], [value], False, config)[0]
 
     def upsert(self, key, value, config=None):
         """Create-or-replace of a bytes-like value."""
-        return self._put_values([key], [value], True, config)[0]
+        return self._put_values([_key_bytes(key)], [value], True, config)[0]
 
     def put_batch(self, keys, values, config=None):
         """Create-only put of several values; one code for the batch."""
-        if len(keys) != len(values):
+        enc = _key_list(keys)
+        if len(enc) != len(values):
             return INVALID_PARAMS
-        return self._first_error(self._put_values(keys, values, False, config))
+        return self._first_error(self._put_values(enc, values, False, config))
 
     def upsert_batch(self, keys, values, config=None):
         """Create-or-replace of several values; one code for the batch."""
-        if len(keys) != len(values):
+        enc = _key_list(keys)
+        if len(enc) != len(values):
             return INVALID_PARAMS
-        return self._first_error(self._put_values(keys, values, True, config))
+        return self._first_error(self._put_values(enc, values, True, config))
 
     def put_parts(self, key, *parts, config=None):
         """Create-only put of the concatenation of ``parts``."""
+        _key_bytes(key)
         return self.put(key, b"".join(bytes(memoryview(p)) for p in parts), config)
 
     def upsert_parts(self, key, *parts, config=None):
         """Create-or-replace with the concatenation of ``parts``."""
+        _key_bytes(key)
         return self.upsert(key, b"".join(bytes(memoryview(p)) for p in parts), config)
 
     def put_from(self, key, buffer_ptr, size, config=None):
         """Zero-copy create-only put from caller memory."""
-        return self._put([key], [buffer_ptr], [size], False, False, config)[0]
+        return self._put([_key_bytes(key)], [buffer_ptr], [size], False, False, config)[0]
 
     def upsert_from(self, key, buffer_ptr, size, config=None):
         """Zero-copy create-or-replace from caller memory."""
-        return self._put([key], [buffer_ptr], [size], True, False, config)[0]
+        return self._put([_key_bytes(key)], [buffer_ptr], [size], True, False, config)[0]
 
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
         """Zero-copy create-only puts; one code per key."""
-        return self._put(list(keys), list(buffer_ptrs), list(sizes), False, False, config)
+        return self._put(_key_list(keys), list(buffer_ptrs), list(sizes), False, False, config)
 
     def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
         """Zero-copy create-or-replace; one code per key."""
-        return self._put(list(keys), list(buffer_ptrs), list(sizes), True, False, config)
+        return self._put(_key_list(keys), list(buffer_ptrs), list(sizes), True, False, config)
 
     # ---------------------------------------------------------------- reads
     def batch_get_into(self, keys, buffer_ptrs, sizes):
         """Reads each key into caller memory; bytes read or a negative code per key."""
-        keys, ptrs, sizes = list(keys), list(buffer_ptrs), list(sizes)
-        settled = self._settled_by_args(keys, ptrs, sizes)
+        return self._get_into(_key_list(keys), buffer_ptrs, sizes)
+
+    def _get_into(self, enc, buffer_ptrs, sizes):
+        ptrs, sizes = list(buffer_ptrs), list(sizes)
+        settled = self._settled_by_args(enc, ptrs, sizes)
         if settled is not None:
             return settled
-        n = len(keys)
+        n = len(enc)
         cptrs, csizes = _c_buffers(ptrs, sizes)
-        karr, _keep = _keys(keys)
+        karr, klens, _keep = _c_keys(enc)
         res = (c_int64 * n)()
-        rc = _ffi.lib().tw_store_get_into(
-            self._h, karr, cptrs, csizes, n, res
-        )
+        rc = _ffi.lib().tw_store_get_into(self._h, karr, klens, cptrs, csizes, n, res)
         return [rc] * n if rc != 0 else list(res)
 
     def get_into(self, key, buffer_ptr, size):
         """Reads one key into caller memory: bytes read or a negative code."""
-        return self.batch_get_into([key], [buffer_ptr], [size])[0]
+        return self._get_into([_key_bytes(key)], [buffer_ptr], [size])[0]
 
-    def _get_values(self, keys):
-        n = len(keys)
+    def _get_values(self, enc):
+        n = len(enc)
         if self._h is None or n == 0:
             return [None] * n, [INTERNAL_ERROR] * n
-        karr, _keep = _keys(keys)
+        karr, klens, _keep = _c_keys(enc)
         vals = (StoreValue * n)()
         res = (c_int64 * n)()
-        rc = _ffi.lib().tw_store_get_copy(self._h, karr, n, vals, res)
+        rc = _ffi.lib().tw_store_get_copy(self._h, karr, klens, n, vals, res)
         if rc != 0:
             return [None] * n, [rc] * n
         return [vals[i] if res[i] >= 0 else None for i in range(n)], list(res)
@@ -421,8 +488,10 @@ class MooncakeDistributedStore:
 
         Each ``bytes`` is created empty once its size is known and the value is read straight
         into it (one copy, no staging); it escapes to the caller only after it is filled."""
-        keys = list(keys)
-        n = len(keys)
+        return self._get_batch(_key_list(keys))
+
+    def _get_batch(self, enc):
+        n = len(enc)
         if self._h is None or n == 0:
             return [b""] * n
         made = [None] * n
@@ -438,9 +507,9 @@ class MooncakeDistributedStore:
                 return None
 
         cb = AllocFn(alloc)
-        karr, _keep = _keys(keys)
+        karr, klens, _keep = _c_keys(enc)
         res = (c_int64 * n)()
-        rc = _ffi.lib().tw_store_get_sized(self._h, karr, n, cb, None, res)
+        rc = _ffi.lib().tw_store_get_sized(self._h, karr, klens, n, cb, None, res)
         if rc != 0:
             return [b""] * n
         return [
@@ -450,33 +519,35 @@ class MooncakeDistributedStore:
 
     def get(self, key):
         """Value of one key; ``b''`` when missing."""
-        return self.get_batch([key])[0]
+        return self._get_batch([_key_bytes(key)])[0]
 
     def get_buffer(self, key):
         """A :class:`BufferHandle` over the value, or ``None`` when missing."""
-        vals, _ = self._get_values([key])
+        vals, _ = self._get_values([_key_bytes(key)])
         return BufferHandle(vals[0]) if vals[0] is not None else None
 
     def batch_get_buffer(self, keys):
         """:class:`BufferHandle` per key (``None`` for misses)."""
-        vals, _ = self._get_values(list(keys))
+        vals, _ = self._get_values(_key_list(keys))
         return [BufferHandle(v) if v is not None else None for v in vals]
 
     def get_size(self, key):
         """Size of the value, or a negative code (-704 missing)."""
+        k = _key_bytes(key)
         if self._h is None:
             return INTERNAL_ERROR
-        return _ffi.lib().tw_store_get_size(self._h, key.encode())
+        return _ffi.lib().tw_store_get_size(self._h, k, len(k))
 
     def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
         """Ranged reads, buffer-major: for buffer ``b`` and its ``k``-th key, fragment ``f``
         copies ``[src_offsets[b][k][f], +sizes[b][k][f])`` of the object to
         ``buffer_ptrs[b] + dst_offsets[b][k][f]``. Returns ``[b][k][f]`` bytes read or a code."""
+        groups = [_key_list(ks) for ks in _key_list_of_lists(all_keys)]
         flat_keys, dsts, srcs, lens, shape = [], [], [], [], []
         try:
             for b, base in enumerate(buffer_ptrs):
                 kshape = []
-                for k, key in enumerate(all_keys[b]):
+                for k, key in enumerate(groups[b]):
                     d, s, z = all_dst_offsets[b][k], all_src_offsets[b][k], all_sizes[b][k]
                     if not (len(d) == len(s) == len(z)):
                         raise ValueError
@@ -496,9 +567,9 @@ class MooncakeDistributedStore:
             return INVALID_PARAMS
         res = (c_int64 * max(n, 1))()
         if n:
-            karr, _keep = _keys(flat_keys)
+            karr, klens, _keep = _c_keys(flat_keys)
             rc = _ffi.lib().tw_store_get_ranges(
-                self._h, karr, (c_void_p * n)(*dsts), (c_uint64 * n)(*srcs),
+                self._h, karr, klens, (c_void_p * n)(*dsts), (c_uint64 * n)(*srcs),
                 (c_uint64 * n)(*lens), n, res,
             )
             if rc != 0:
@@ -515,45 +586,56 @@ class MooncakeDistributedStore:
     # ---------------------------------------------------------------- existence, removal
     def batch_is_exist(self, keys):
         """1 present, 0 absent, -1 error, per key."""
-        keys = list(keys)
-        n = len(keys)
+        return self._exist(_key_list(keys))
+
+    def _exist(self, enc):
+        n = len(enc)
         if self._h is None:
             return [-1] * n
         if n == 0:
             return []
-        karr, _keep = _keys(keys)
+        karr, klens, _keep = _c_keys(enc)
         res = (c_int32 * n)()
-        rc = _ffi.lib().tw_store_exist(self._h, karr, n, res)
+        rc = _ffi.lib().tw_store_exist(self._h, karr, klens, n, res)
         if rc != 0:
             return [-1] * n
         return [r if r in (0, 1) else -1 for r in res]
 
     def is_exist(self, key):
         """1 present, 0 absent, -1 error."""
-        return self.batch_is_exist([key])[0]
+        return self._exist([_key_bytes(key)])[0]
 
     def batch_remove(self, keys, force=False):
         """Removes keys; per key 0, -704 missing, -706 leased (unless ``force``)."""
-        keys = list(keys)
-        n = len(keys)
+        return self._remove(_key_list(keys), force)
+
+    def _remove(self, enc, force):
+        n = len(enc)
         if self._h is None:
             return [INTERNAL_ERROR] * n
         if n == 0:
             return []
-        karr, _keep = _keys(keys)
+        karr, klens, _keep = _c_keys(enc)
         res, cres = _codes(n)
-        rc = _ffi.lib().tw_store_remove(self._h, karr, n, bool(force), cres)
+        rc = _ffi.lib().tw_store_remove(self._h, karr, klens, n, bool(force), cres)
         return [rc] * n if rc != 0 else res.tolist()
 
     def remove(self, key, force=False):
         """Removes one key: 0, -704 missing, -706 leased (unless ``force``)."""
-        return self.batch_remove([key], force)[0]
+        return self._remove([_key_bytes(key)], force)[0]
 
     def remove_by_regex(self, pattern, force=False):
-        """Removes keys matching ``pattern``; the count removed, or a negative code."""
+        """Removes keys matching ``pattern``; the count removed, or a negative code. A pattern
+        that is not ``str`` (or ``bytes``) raises ``TypeError``, as a key does."""
+        if isinstance(pattern, (bytes, bytearray)):
+            p = bytes(pattern)
+        elif isinstance(pattern, str):
+            p = pattern.encode("utf-8", "surrogatepass")
+        else:
+            raise TypeError(f"a pattern must be str, not {type(pattern).__name__}")
         if self._h is None:
             return INTERNAL_ERROR
-        return _ffi.lib().tw_store_remove_by_regex(self._h, pattern.encode(), bool(force))
+        return _ffi.lib().tw_store_remove_by_regex(self._h, p, bool(force))
 
     def remove_all(self, force=False):
         """Removes every key; the count removed, or a negative code."""

@@ -5,6 +5,9 @@
 //! caller array and return 0 when the batch ran (a negative code when the arguments themselves
 //! are unusable: NULL arrays, a NULL handle). `tw_last_error_message()` gives the detail of a
 //! failed call. Every function is thread-safe on one `tw_store`; none retains caller pointers.
+//!
+//! Keys: see [`TW_STORE_MAX_KEY_LEN`] (full-length byte strings, `key_lens` next to every
+//! key array).
 
 #[path = "store_args.rs"]
 #[macro_use]
@@ -20,8 +23,21 @@ use crate::store::{StoreClient, StoreConfig};
 use args::{arr, arr_mut, bad, key_buffers, per_key, store, store_keys, write_config};
 use std::ffi::{c_char, c_void};
 
-// The literals are for cbindgen; the assertion below checks them against `proto::code` when the
+// The literals are for cbindgen; the assertions below check them against `proto` when the
 // crate compiles.
+
+/// Longest key, in bytes (Mooncake's limit, 1 MiB).
+///
+/// Keys are byte strings of their full length. Every call that takes an array of keys
+/// (`keys_in`) takes a `key_lens` array right after it: NULL means each key is a NUL-terminated
+/// C string; otherwise key `i` is exactly `key_lens[i]` bytes at `keys_in[i]`, NUL bytes
+/// included and no terminator read, so `"k\0a"` and `"k\0b"` are two keys. A key must be 1 to
+/// `TW_STORE_MAX_KEY_LEN` bytes of UTF-8. A key that is NULL (with a nonzero length), empty,
+/// longer or not UTF-8 fails on its own with `TW_STORE_INVALID_PARAMS` in its result slot, and
+/// `tw_last_error_message()` names the first such key; a key longer than the limit is refused
+/// without being read. `tw_store_get_size` takes one key and its length, with the same rules.
+pub const TW_STORE_MAX_KEY_LEN: usize = 1048576;
+const _: () = assert!(TW_STORE_MAX_KEY_LEN == crate::store::proto::MAX_KEY_LEN);
 
 /// Success.
 pub const TW_STORE_OK: i32 = 0;
@@ -266,12 +282,14 @@ pub unsafe extern "C" fn tw_store_unregister_buffer(s: *const tw_store, addr: *m
 /// each value in the local buffer first (Mooncake's copying `put`/`upsert`). `cfg` may be NULL.
 ///
 /// # Safety
-/// `s` is a live handle; `keys`, `ptrs`, `sizes` hold `n` elements, each `ptrs[i]` readable for
+/// `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+/// describes, each readable for its length; `ptrs`, `sizes` hold `n` elements, each `ptrs[i]` readable for
 /// `sizes[i]` bytes and unchanged during the call; `results` is writable for `n` elements.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_put(
     s: *const tw_store,
     keys_in: *const *const c_char,
+    key_lens: *const usize,
     ptrs: *const *const c_void,
     sizes: *const u64,
     n: usize,
@@ -282,7 +300,7 @@ pub unsafe extern "C" fn tw_store_put(
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, n) });
+        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         // SAFETY: pointers as documented in this function's contract.
         let ps = tri!(unsafe { arr(ptrs, n, "ptrs") });
         // SAFETY: pointers as documented in this function's contract.
@@ -324,12 +342,14 @@ pub unsafe extern "C" fn tw_store_put(
 /// negative code (-704 missing, -600 buffer too small).
 ///
 /// # Safety
-/// `s` is a live handle; arrays hold `n` elements; each `ptrs[i]` is writable for `caps[i]`
-/// bytes and unshared during the call; `results` is writable for `n` elements.
+/// `s` is a live handle; arrays hold `n` elements (`key_lens` may be NULL: see
+/// `TW_STORE_MAX_KEY_LEN`); each key is readable for its length; each `ptrs[i]` is writable for `caps[i]` bytes and
+/// unshared during the call; `results` is writable for `n` elements.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_get_into(
     s: *const tw_store,
     keys_in: *const *const c_char,
+    key_lens: *const usize,
     ptrs: *const *mut c_void,
     caps: *const u64,
     n: usize,
@@ -337,7 +357,7 @@ pub unsafe extern "C" fn tw_store_get_into(
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, n) });
+        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         // SAFETY: pointers as documented in this function's contract.
         let ps = tri!(unsafe { arr(ptrs, n, "ptrs") });
         // SAFETY: pointers as documented in this function's contract.
@@ -355,18 +375,20 @@ pub unsafe extern "C" fn tw_store_get_into(
 /// `tw_store_value_release`) and in `results` its length or a negative code.
 ///
 /// # Safety
-/// `s` is a live handle; `keys_in` holds `n` keys; `values` and `results` are writable for `n`.
+/// `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+/// describes, each readable for its length; `values` and `results` are writable for `n`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_get_copy(
     s: *const tw_store,
     keys_in: *const *const c_char,
+    key_lens: *const usize,
     n: usize,
     values: *mut tw_store_value,
     results: *mut i64,
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, n) });
+        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         // SAFETY: pointers as documented in this function's contract.
         let vs = tri!(unsafe { arr_mut(values, n, "values") });
         // SAFETY: pointers as documented in this function's contract.
@@ -426,12 +448,14 @@ pub unsafe extern "C" fn tw_store_value_release(v: *mut tw_store_value) {
 /// `dsts[i]`; per fragment in `results`: bytes read or a negative code.
 ///
 /// # Safety
-/// `s` is a live handle; arrays hold `n` elements; each `dsts[i]` is writable for `lens[i]`
-/// bytes and unshared during the call.
+/// `s` is a live handle; arrays hold `n` elements (`key_lens` may be NULL: see
+/// `TW_STORE_MAX_KEY_LEN`); each key is readable for its length; each `dsts[i]` is writable for `lens[i]` bytes and
+/// unshared during the call; `results` is writable for `n` elements.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_get_ranges(
     s: *const tw_store,
     keys_in: *const *const c_char,
+    key_lens: *const usize,
     dsts: *const *mut c_void,
     src_offsets: *const u64,
     lens: *const u64,
@@ -440,7 +464,7 @@ pub unsafe extern "C" fn tw_store_get_ranges(
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, n) });
+        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         // SAFETY: pointers as documented in this function's contract.
         let ds = tri!(unsafe { arr(dsts, n, "dsts") });
         // SAFETY: pointers as documented in this function's contract.
@@ -458,16 +482,27 @@ pub unsafe extern "C" fn tw_store_get_ranges(
     })
 }
 
-/// Size of an object, or a negative code (-704 missing).
+/// Size of an object, or a negative code (-704 missing, -600 for an unusable key). The key is
+/// the `key_len` bytes at `key` (NUL bytes included; no terminator is read).
 ///
 /// # Safety
-/// `s` is a live handle; `key` is a C string.
+/// `s` is a live handle; `key` is NULL (only with `key_len == 0`) or readable for `key_len`
+/// bytes when `key_len <= TW_STORE_MAX_KEY_LEN` (a longer key is refused without being read).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn tw_store_get_size(s: *const tw_store, key: *const c_char) -> i64 {
+pub unsafe extern "C" fn tw_store_get_size(
+    s: *const tw_store,
+    key: *const c_char,
+    key_len: usize,
+) -> i64 {
     ffi_boundary!(code::INTERNAL_ERROR as i64, {
-        // SAFETY: `s` is a live handle and `key` a C string per the contract above.
-        let (c, k) = tri!(unsafe { store_keys(s, &key, 1) }.map_err(i64::from));
-        match c.sizes(&k)[0] {
+        // SAFETY: `s` is a live handle per the contract above.
+        let c = tri!(unsafe { store(s) }.map_err(i64::from));
+        // SAFETY: `key` is readable for `key_len` bytes per the contract above.
+        let k = match unsafe { args::key(key, Some(key_len)) } {
+            Ok(k) => k,
+            Err(why) => return bad(format!("key {why}")) as i64,
+        };
+        match c.sizes(&[k])[0] {
             Ok(n) => n as i64,
             Err(e) => e as i64,
         }
@@ -477,35 +512,43 @@ pub unsafe extern "C" fn tw_store_get_size(s: *const tw_store, key: *const c_cha
 /// Existence of `n` keys: per key 1, 0, or a negative code.
 ///
 /// # Safety
-/// `s` is a live handle; `keys_in` holds `n` keys; `results` is writable for `n`.
+/// `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+/// describes, each readable for its length; `results` is writable for `n`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_exist(
     s: *const tw_store,
     keys_in: *const *const c_char,
+    key_lens: *const usize,
     n: usize,
     results: *mut i32,
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        unsafe { per_key(s, keys_in, n, results, |c, ks| Ok(c.exist(ks))) }
+        unsafe { per_key(s, keys_in, key_lens, n, results, |c, ks| Ok(c.exist(ks))) }
     })
 }
 
 /// Removes `n` keys: per key 0, -704 missing, -706 leased (unless `force`).
 ///
 /// # Safety
-/// `s` is a live handle; `keys_in` holds `n` keys; `results` is writable for `n`.
+/// `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+/// describes, each readable for its length; `results` is writable for `n`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_remove(
     s: *const tw_store,
     keys_in: *const *const c_char,
+    key_lens: *const usize,
     n: usize,
     force: bool,
     results: *mut i32,
 ) -> i32 {
     ffi_boundary!(code::INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        unsafe { per_key(s, keys_in, n, results, |c, ks| Ok(c.remove(ks, force))) }
+        unsafe {
+            per_key(s, keys_in, key_lens, n, results, |c, ks| {
+                Ok(c.remove(ks, force))
+            })
+        }
     })
 }
 

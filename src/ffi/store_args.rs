@@ -3,7 +3,7 @@
 
 use super::{tw_store, tw_store_replicate_config};
 use crate::ffi::status::set_last_error;
-use crate::store::proto::code;
+use crate::store::proto::{MAX_KEY_LEN, code};
 use crate::store::{StoreClient, WriteConfig};
 use std::ffi::{CStr, c_char};
 
@@ -41,12 +41,13 @@ pub(super) unsafe fn store<'a>(s: *const tw_store) -> Result<&'a StoreClient, i3
 pub(super) unsafe fn store_keys<'a>(
     s: *const tw_store,
     keys_in: *const *const c_char,
+    key_lens: *const usize,
     n: usize,
 ) -> Result<(&'a StoreClient, Vec<&'a str>), i32> {
     // SAFETY: per the contract above.
     let c = unsafe { store(s) }?;
     // SAFETY: per the contract above.
-    let ks = unsafe { keys(keys_in, n) }?;
+    let ks = unsafe { keys(keys_in, key_lens, n) }?;
     Ok((c, ks))
 }
 
@@ -59,12 +60,13 @@ pub(super) unsafe fn store_keys<'a>(
 pub(super) unsafe fn per_key<T: Copy>(
     s: *const tw_store,
     keys_in: *const *const c_char,
+    key_lens: *const usize,
     n: usize,
     results: *mut T,
     run: impl FnOnce(&StoreClient, &[&str]) -> Result<Vec<T>, i32>,
 ) -> i32 {
     // SAFETY: per the contract above.
-    let (c, ks) = tri!(unsafe { store_keys(s, keys_in, n) });
+    let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
     // SAFETY: per the contract above.
     let out = tri!(unsafe { arr_mut(results, n, "results") });
     out.copy_from_slice(&tri!(run(c, &ks)));
@@ -100,24 +102,81 @@ pub(super) fn key_buffers<'a, P: Address>(
         .collect()
 }
 
-/// Borrows `n` NUL-terminated keys.
+/// Borrows `n` keys: with `key_lens` NULL, key `i` is the C string at `keys[i]`; otherwise it is
+/// the `key_lens[i]` bytes at `keys[i]`, NUL bytes included. A key that is NULL, empty, longer
+/// than [`MAX_KEY_LEN`] bytes or not UTF-8 is returned empty, so that it fails on its own with
+/// `INVALID_PARAMS` as an empty key does; the calling thread's last error then names the first
+/// such key. Errors only for unusable arrays.
 ///
 /// # Safety
-/// `keys` is NULL (only with `n == 0`) or points at `n` pointers, each NULL or a valid C string.
-pub(super) unsafe fn keys<'a>(keys: *const *const c_char, n: usize) -> Result<Vec<&'a str>, i32> {
+/// `keys` is NULL (only with `n == 0`) or points at `n` pointers; `key_lens` is NULL or points
+/// at `n` lengths. With `key_lens` NULL each pointer is NULL or a valid C string; otherwise each
+/// is NULL or readable for its length whenever that is at most [`MAX_KEY_LEN`] (a longer key is
+/// refused without being read).
+pub(super) unsafe fn keys<'a>(
+    keys: *const *const c_char,
+    key_lens: *const usize,
+    n: usize,
+) -> Result<Vec<&'a str>, i32> {
     // SAFETY: per the contract above.
     let ptrs = unsafe { crate::ffi::slice_arg(keys, n, "keys") }.map_err(|e| bad(e.to_string()))?;
-    ptrs.iter()
-        .map(|&p| {
-            if p.is_null() {
-                // An unusable key fails on its own below (empty key = INVALID_PARAMS).
-                Ok("")
-            } else {
-                // SAFETY: non-NULL and NUL-terminated per the contract.
-                Ok(unsafe { CStr::from_ptr(p) }.to_str().unwrap_or(""))
+    let lens = if key_lens.is_null() {
+        None
+    } else {
+        // SAFETY: non-NULL, `n` lengths per the contract above.
+        Some(unsafe { arr(key_lens, n, "key_lens") }?)
+    };
+    let mut first_bad = None;
+    let out = ptrs
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| {
+            // SAFETY: `p` and its length as the contract above describes.
+            match unsafe { key(p, lens.map(|l| l[i])) } {
+                Ok(k) => k,
+                Err(why) => {
+                    first_bad.get_or_insert_with(|| format!("key {i} {why}"));
+                    ""
+                }
             }
         })
-        .collect()
+        .collect();
+    if let Some(m) = first_bad {
+        set_last_error(m);
+    }
+    Ok(out)
+}
+
+/// One key: the `len` bytes at `p`, or with `len` `None` the C string at `p`; why it is
+/// unusable otherwise (for "key N ...").
+///
+/// # Safety
+/// `p` is NULL or, with `len` `None`, a valid C string, and with `Some(len)` readable for `len`
+/// bytes if `len <= MAX_KEY_LEN`.
+pub(super) unsafe fn key<'a>(p: *const c_char, len: Option<usize>) -> Result<&'a str, String> {
+    if p.is_null() && len.unwrap_or(0) > 0 {
+        return Err(format!("is NULL with length {}", len.unwrap_or(0)));
+    }
+    let bytes: &[u8] = match len {
+        Some(l) if l > MAX_KEY_LEN => {
+            return Err(format!("is {l} bytes, over the {MAX_KEY_LEN}-byte limit"));
+        }
+        _ if p.is_null() => &[],
+        // SAFETY: non-NULL and readable for `l <= MAX_KEY_LEN` bytes per the contract.
+        Some(l) => unsafe { std::slice::from_raw_parts(p.cast::<u8>(), l) },
+        // SAFETY: non-NULL and NUL-terminated per the contract.
+        None => unsafe { CStr::from_ptr(p) }.to_bytes(),
+    };
+    if bytes.is_empty() {
+        return Err("is empty".into());
+    }
+    if bytes.len() > MAX_KEY_LEN {
+        return Err(format!(
+            "is {} bytes, over the {MAX_KEY_LEN}-byte limit",
+            bytes.len()
+        ));
+    }
+    std::str::from_utf8(bytes).map_err(|e| format!("is not valid UTF-8 ({e})"))
 }
 
 /// # Safety

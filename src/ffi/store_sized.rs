@@ -20,13 +20,15 @@ pub type tw_store_alloc_fn =
 /// negative may have been partly written.
 ///
 /// # Safety
-/// `s` is a live handle; `keys_in` holds `n` keys; `results` is writable for `n`; `alloc` is
+/// `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+/// describes, each readable for its length; `results` is writable for `n`; `alloc` is
 /// non-NULL and each address it returns is writable for the size asked and unshared until this
 /// call returns.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_get_sized(
     s: *const tw_store,
     keys_in: *const *const c_char,
+    key_lens: *const usize,
     n: usize,
     alloc: tw_store_alloc_fn,
     ctx: *mut c_void,
@@ -50,6 +52,6 @@ pub unsafe extern "C" fn tw_store_get_sized(
             Ok(unsafe { c.get_sized(ks, &mut dst) })
         };
         // SAFETY: pointers as documented in this function's contract.
-        unsafe { per_key(s, keys_in, n, results, run) }
+        unsafe { per_key(s, keys_in, key_lens, n, results, run) }
     })
 }
