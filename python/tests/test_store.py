@@ -195,7 +195,7 @@ def test_readers_never_see_a_torn_value(cluster):
 
 
 def test_killed_client_segments_are_unmounted_after_ttl():
-    m = Master("--client_ttl=2")
+    m = Master("--client_ttl=2", "--client_grace_sec=1")
     peer = Peer(m)
     s = connect(m)
     try:
@@ -323,8 +323,9 @@ def test_setup_errors_and_dict_form():
 
 
 def test_lease_expired_is_reported():
-    """A 1 ms lease cannot cover a 32 MiB read over TCP: -707, never stale bytes."""
-    m = Master("--default_kv_lease_ttl=1")
+    """A 1 ms lease and no hold past it (--max_read_hold_sec=0) cannot cover a 32 MiB read over
+    TCP: -707, never stale bytes."""
+    m = Master("--default_kv_lease_ttl=1", "--max_read_hold_sec=0")
     peer = Peer(m)
     s = connect(m)
     buf = MBuf(32 << 20)
