@@ -94,7 +94,7 @@ class Profile:
         self.big = GiB if long else 256 * MiB
         self.batch_threads = 64
         self.batch_procs = 8 if long else 0  # 0: the threads run in the case process itself
-        self.batch_seconds = 45 if long else 12
+        self.batch_seconds = 60 if long else 12
         # Whole-case wall-clock bound (asserted by the tests) and the kill-after bound.
         self.case_limit = 300 if long else 60
         self.case_timeout = 540 if long else 100

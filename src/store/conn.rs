@@ -5,10 +5,15 @@
 use super::StoreError;
 use super::proto::{self, FLAG_ONE_WAY, FrameError, Reply, Request, code};
 use std::net::TcpStream;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 const POOL_MAX: usize = 16;
+
+/// Requests in flight at once per client, each on its own connection; more wait for one to
+/// finish, so a process's thread count does not set its connection count at the master (512
+/// threads in 8 processes need 128, not 512). Heartbeats do not wait.
+const IN_FLIGHT_MAX: usize = POOL_MAX;
 
 /// Pause between attempts to reach the leader during a failover.
 const HA_RETRY_PAUSE: Duration = Duration::from_millis(100);
@@ -34,6 +39,19 @@ pub struct MasterConn {
     rpc_timeout: Duration,
     auth_key: crate::auth::AuthKey,
     pool: Mutex<Vec<(TcpStream, Instant)>>,
+    /// Requests in flight (bounded by [`IN_FLIGHT_MAX`]).
+    busy: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// One request's place among those in flight; given back on drop.
+struct InFlight<'a>(&'a MasterConn);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        *self.0.busy.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        self.0.freed.notify_one();
+    }
 }
 
 fn io_code(e: &std::io::Error) -> i32 {
@@ -79,6 +97,8 @@ impl MasterConn {
             rpc_timeout,
             auth_key,
             pool: Mutex::default(),
+            busy: Mutex::new(0),
+            freed: Condvar::new(),
         };
         if matches!(conn.target, Target::Elected { .. }) {
             conn.find_leader()?;
@@ -204,6 +224,10 @@ impl MasterConn {
     /// new leader still rebuilding its state), finds the leader again and resends, for at most
     /// the connect timeout, then returns the last error.
     fn send(&self, req: &Request, one_way: bool) -> Result<Option<Reply>, StoreError> {
+        let _place = match req {
+            Request::Ping { .. } => None,
+            _ => Some(self.in_flight()?),
+        };
         let mut last = self.send_once(req, one_way);
         if matches!(self.target, Target::Fixed) {
             return last;
@@ -232,6 +256,24 @@ impl MasterConn {
             };
         }
         last
+    }
+
+    /// Waits (at most the reply deadline) until fewer than [`IN_FLIGHT_MAX`] requests are in
+    /// flight, and takes a place among them.
+    fn in_flight(&self) -> Result<InFlight<'_>, StoreError> {
+        let busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut busy, waited) = self
+            .freed
+            .wait_timeout_while(busy, self.rpc_timeout, |n| *n >= IN_FLIGHT_MAX)
+            .unwrap_or_else(|e| e.into_inner());
+        if waited.timed_out() && *busy >= IN_FLIGHT_MAX {
+            return Err(StoreError::new(
+                code::RPC_TIMEOUT,
+                format!("{IN_FLIGHT_MAX} master requests of this client still in flight"),
+            ));
+        }
+        *busy += 1;
+        Ok(InFlight(self))
     }
 
     fn send_once(&self, req: &Request, one_way: bool) -> Result<Option<Reply>, StoreError> {
