@@ -356,10 +356,16 @@ fn a_dead_readers_hold_ends_at_its_lease() {
     let g = get_as(&m, 7, "k"); // client 7 dies here: no ReadDone, no heartbeat
     assert_eq!(g.code, 0);
     m.sweep();
-    assert!(!unread(&m, "k", 1000), "the hold protects the buffers during the lease");
+    assert!(
+        !unread(&m, "k", 1000),
+        "the hold protects the buffers during the lease"
+    );
     std::thread::sleep(Duration::from_millis(200));
     m.sweep();
-    assert!(unread(&m, "k", 1000), "the dead reader's hold ended with its lease");
+    assert!(
+        unread(&m, "k", 1000),
+        "the dead reader's hold ended with its lease"
+    );
     // And such an object is evictable again: fill both segments past it.
     let g = get_as(&m, 7, "k");
     assert_eq!(g.code, 0);
@@ -386,7 +392,10 @@ fn a_live_readers_hold_outlasts_its_lease_up_to_the_cap() {
         std::thread::sleep(Duration::from_millis(60));
         m.sweep();
     }
-    assert!(!unread(&m, "k", 1000), "a heartbeating reader keeps its hold past the lease");
+    assert!(
+        !unread(&m, "k", 1000),
+        "a heartbeating reader keeps its hold past the lease"
+    );
     // ... but not past the cap.
     for _ in 0..8 {
         ping(&m, 7);
@@ -406,7 +415,10 @@ fn a_live_readers_hold_outlasts_its_lease_up_to_the_cap() {
         }),
         None
     );
-    assert!(!unread(&m, "k", 1000), "client 8 cannot end client 7's hold");
+    assert!(
+        !unread(&m, "k", 1000),
+        "client 8 cannot end client 7's hold"
+    );
     let _ = g;
 }
 
@@ -424,7 +436,11 @@ fn a_preempted_writers_report_frees_its_space_at_once() {
         code::NO_AVAILABLE_HANDLE,
         "both segments hold one write each"
     );
-    assert_eq!(end(&m, "hot", a.version), code::INVALID_WRITE, "a was pre-empted");
+    assert_eq!(
+        end(&m, "hot", a.version),
+        code::INVALID_WRITE,
+        "a was pre-empted"
+    );
     let c = start(&m, "third", 600 << 10, true, WriteConfig::default());
     assert_eq!(c.code, 0, "a's space came back when its writer reported");
     assert_eq!(end(&m, "hot", b.version), 0);
@@ -448,7 +464,10 @@ fn a_preempted_writers_report_frees_its_space_at_once() {
         "another client's report does not free d"
     );
     assert_eq!(revoke(&m, "n", d.version), code::INVALID_WRITE);
-    assert_eq!(start(&m, "x", 600 << 10, true, WriteConfig::default()).code, 0);
+    assert_eq!(
+        start(&m, "x", 600 << 10, true, WriteConfig::default()).code,
+        0
+    );
     assert_eq!(end(&m, "n", e.version), 0);
 }
 
@@ -459,7 +478,10 @@ fn a_reported_segment_takes_no_placements_until_its_owner_pings() {
         preferred_segments: vec!["a:1".into()],
         ..WriteConfig::default()
     };
-    assert_eq!(start(&m, "p0", 10, true, on_a.clone()).replicas[0].endpoint, "a:1");
+    assert_eq!(
+        start(&m, "p0", 10, true, on_a.clone()).replicas[0].endpoint,
+        "a:1"
+    );
     assert_eq!(
         m.handle(Request::ReportFailed {
             client_id: 2,
@@ -469,7 +491,10 @@ fn a_reported_segment_takes_no_placements_until_its_owner_pings() {
     );
     for i in 0..20 {
         let s = start(&m, &format!("p{i}"), 10, true, on_a.clone());
-        assert_eq!(s.replicas[0].endpoint, "b:1", "placed on the failed segment");
+        assert_eq!(
+            s.replicas[0].endpoint, "b:1",
+            "placed on the failed segment"
+        );
         assert_eq!(s.replicas.len(), 1);
     }
     ping(&m, 1);
@@ -498,14 +523,20 @@ fn a_client_back_within_the_grace_keeps_its_objects() {
     }
     assert_eq!(get(&m, "on-a").code, 0, "kept during the grace");
     let st = start(&m, "new", 100, true, on_a.clone());
-    assert_eq!(st.replicas[0].endpoint, "b:1", "no placements on a suspended segment");
+    assert_eq!(
+        st.replicas[0].endpoint, "b:1",
+        "no placements on a suspended segment"
+    );
     assert_eq!(end(&m, "new", st.version), 0);
     assert_eq!(
         m.handle(Request::Ping { client_id: 1 }),
         Some(Reply::Pong { remount: false }),
         "back within the grace: nothing to re-mount"
     );
-    assert_eq!(start(&m, "again", 100, true, on_a).replicas[0].endpoint, "a:1");
+    assert_eq!(
+        start(&m, "again", 100, true, on_a).replicas[0].endpoint,
+        "a:1"
+    );
     // Silent past TTL + grace: dropped with its objects.
     for _ in 0..10 {
         ping(&m, 2);
@@ -536,13 +567,23 @@ fn a_restarted_owner_takes_over_its_suspended_segment_name() {
         })
     };
     assert!(
-        matches!(mount(9), Some(Reply::Error { code: code::SEGMENT_ALREADY_EXISTS, .. })),
+        matches!(
+            mount(9),
+            Some(Reply::Error {
+                code: code::SEGMENT_ALREADY_EXISTS,
+                ..
+            })
+        ),
         "a live owner's name is refused"
     );
     std::thread::sleep(Duration::from_millis(80));
     ping(&m, 2);
     m.tick();
-    assert_eq!(mount(9), Some(Reply::Ok), "the silent owner's name is taken over");
+    assert_eq!(
+        mount(9),
+        Some(Reply::Ok),
+        "the silent owner's name is taken over"
+    );
 }
 
 /// A master whose journal records are collected in memory (no etcd).
@@ -592,12 +633,15 @@ fn a_write_in_flight_across_a_failover_cannot_land_in_another_object() {
     assert_eq!(end(&m, "clean", clean.version), 0);
     assert_eq!(remove(&m, "clean", true), 0);
 
-
     let next = failover(&log);
     assert_eq!(get(&next, "done").code, 0, "complete objects survive");
     assert_eq!(get(&next, "stalled").code, code::OBJECT_NOT_FOUND);
     let gp = get(&next, "p");
-    assert_eq!((gp.code, gp.size), (0, 64), "the pre-empting write was published");
+    assert_eq!(
+        (gp.code, gp.size),
+        (0, 64),
+        "the pre-empting write was published"
+    );
     // (The refused allocation below evicts what it can: "done", not "p", leased by that get.)
     // Both segments are nearly full of held write space: a new 900 KiB object fits nowhere.
     assert_eq!(
@@ -614,9 +658,15 @@ fn a_write_in_flight_across_a_failover_cannot_land_in_another_object() {
         assert!(d <= a || c >= b, "new object overlaps held write space");
     }
     // The stalled writer reports at the new leader: its put failed, and its space comes back.
-    assert_eq!(end(&next, "stalled", stalled.version), code::OBJECT_NOT_FOUND);
+    assert_eq!(
+        end(&next, "stalled", stalled.version),
+        code::OBJECT_NOT_FOUND
+    );
     assert_eq!(revoke(&next, "p", preempted.version), code::INVALID_WRITE);
     let again = start(&next, "other", 900 << 10, true, WriteConfig::default());
     assert_eq!(again.code, 0, "reported write space was freed");
-    assert!(again.version > preempted.version, "version ids never repeat");
+    assert!(
+        again.version > preempted.version,
+        "version ids never repeat"
+    );
 }

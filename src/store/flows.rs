@@ -7,11 +7,11 @@
 use super::batch::BatchEnd;
 use super::client::{Shared, StoreClient};
 use super::mem::{Copy, copy_all};
-use super::reads::Read;
 use super::proto::{
     GetResult, KeyVersion, MAX_BATCH, MAX_KEY_LEN, PutItem, ReplicaDesc, Reply, Request,
     StartResult, WriteConfig, code,
 };
+use super::reads::Read;
 use crate::engine::Request as Xfer;
 use crate::transport::Opcode;
 use std::time::Instant;

@@ -588,10 +588,14 @@ mod tests {
     #[test]
     fn bounds_are_checked() {
         let long = "k".repeat(MAX_KEY_LEN + 1);
-        assert!(Request::Get {
-            client_id: 1,
-            keys: vec![long]
-        }.validate().is_err());
+        assert!(
+            Request::Get {
+                client_id: 1,
+                keys: vec![long]
+            }
+            .validate()
+            .is_err()
+        );
         assert!(
             Request::Get {
                 client_id: 1,

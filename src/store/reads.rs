@@ -26,14 +26,24 @@ impl Shared {
     /// # Safety
     /// Each `[dst, dst+len)` is writable caller memory, unshared during the call; each
     /// `[off, off+len)` lies within its object (`found.size`), whose read hold the caller has.
-    pub(crate) unsafe fn read_replicas(&self, reads: &[Read<'_>], fresh: bool) -> Vec<Result<(), i32>> {
+    pub(crate) unsafe fn read_replicas(
+        &self,
+        reads: &[Read<'_>],
+        fresh: bool,
+    ) -> Vec<Result<(), i32>> {
         let mut out: Vec<Result<(), i32>> = vec![Ok(()); reads.len()];
         let mut copies: Vec<Copy> = Vec::new();
         // Per read still to go over the engine: its remote replicas, and which one is next.
         let mut remote: Vec<(usize, Vec<&ReplicaDesc>, usize)> = Vec::new();
         for (i, r) in reads.iter().enumerate() {
             let fits = |d: &&ReplicaDesc| d.len == r.found.size;
-            if let Some(own) = r.found.replicas.iter().filter(fits).find(|d| self.own_segment(d)) {
+            if let Some(own) = r
+                .found
+                .replicas
+                .iter()
+                .filter(fits)
+                .find(|d| self.own_segment(d))
+            {
                 copies.push(Copy {
                     src: own.addr + r.off,
                     dst: r.dst,

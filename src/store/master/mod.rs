@@ -229,10 +229,15 @@ impl Master {
                 let results: Vec<StartResult> = items
                     .iter()
                     .map(|it| {
-                        self.objs
-                            .start(it, client_id, upsert, &config, &self.cfg, &self.segs, || {
-                                self.allocate(it.size, &config)
-                            })
+                        self.objs.start(
+                            it,
+                            client_id,
+                            upsert,
+                            &config,
+                            &self.cfg,
+                            &self.segs,
+                            || self.allocate(it.size, &config),
+                        )
                     })
                     .collect();
                 Reply::Started { results }
@@ -258,12 +263,15 @@ impl Master {
                     .collect(),
             },
             Request::ReadDone { client_id, items } => {
-                items.iter().for_each(|kv: &KeyVersion| {
-                    self.objs.read_done(kv, client_id, &self.segs)
-                });
+                items
+                    .iter()
+                    .for_each(|kv: &KeyVersion| self.objs.read_done(kv, client_id, &self.segs));
                 return None;
             }
-            Request::ReportFailed { client_id, segments } => {
+            Request::ReportFailed {
+                client_id,
+                segments,
+            } => {
                 for name in &segments {
                     if self.segs.mark_unhealthy(name) {
                         tw_log!(
@@ -388,7 +396,9 @@ impl Master {
             let gone: Vec<u64> = silent
                 .iter()
                 .copied()
-                .filter(|id| now.duration_since(c[id]) > self.cfg.client_ttl + self.cfg.client_grace)
+                .filter(|id| {
+                    now.duration_since(c[id]) > self.cfg.client_ttl + self.cfg.client_grace
+                })
                 .collect();
             for id in &gone {
                 c.remove(id);

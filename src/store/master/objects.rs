@@ -231,16 +231,18 @@ impl Shard {
     /// The writer of a dropped write reports that it stopped writing: its space is freed now.
     /// Returns whether `version` was such a write of `writer`.
     fn writer_done(&mut self, version: u64, writer: u64, segs: &Segments) -> bool {
-        if !self
-            .retired
-            .get(&version)
-            .is_some_and(|r| r.writer.as_ref().is_some_and(|w| w.client == writer))
-        {
-            return false;
+        let mine = |r: &Retired| r.writer.as_ref().is_some_and(|w| w.client == writer);
+        match self.retired.remove(&version) {
+            Some(r) if mine(&r) => {
+                free_all(segs, &r.replicas);
+                true
+            }
+            Some(r) => {
+                self.retired.insert(version, r);
+                false
+            }
+            None => false,
         }
-        let r = self.retired.remove(&version).unwrap_or_else(|| unreachable!());
-        free_all(segs, &r.replicas);
-        true
     }
 
     /// Frees retired space that is due; returns the (key, version) of the writes among it.

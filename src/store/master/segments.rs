@@ -445,11 +445,14 @@ mod tests {
         };
         // 56 of full's 64 MiB in use.
         for _ in 0..56 {
-            s.allocate(1 << 20, &on("full:1"), Strategy::Random).unwrap();
+            s.allocate(1 << 20, &on("full:1"), Strategy::Random)
+                .unwrap();
         }
         let mut to_empty = 0;
         for _ in 0..1000 {
-            let r = s.allocate(1024, &WriteConfig::default(), Strategy::Random).unwrap();
+            let r = s
+                .allocate(1024, &WriteConfig::default(), Strategy::Random)
+                .unwrap();
             to_empty += (&*r[0].endpoint == "empty:1") as u32;
             s.free(&r[0]);
         }
