@@ -13,6 +13,7 @@ use tidewire::metadata::etcd_journal::{Fence, Journal};
 use tidewire::metadata::etcd_journal_writer::{CompactPolicy, JournalWriter};
 use tidewire::store::conn::STANDBY_MARK;
 use tidewire::store::master::Master;
+use tidewire::store::master::admin::{HaStatus, RuntimeState};
 
 fn journal_prefix() -> String {
     let c = std::env::var("MC_STORE_CLUSTER_ID").unwrap_or_default();
@@ -53,8 +54,9 @@ fn take_over(master: &Arc<Master>, ha: &HaFlags, key: &str, view: i64) -> Result
     Ok(())
 }
 
-/// Campaigns and gates `master`; returns only on a fatal error (the process then exits).
-pub fn run(master: Arc<Master>, ha: &HaFlags, advertised: &str) -> String {
+/// Campaigns and gates `master`, reporting each change in `status` (the admin routes' view);
+/// returns only on a fatal error (the process then exits).
+pub fn run(master: Arc<Master>, ha: &HaFlags, advertised: &str, status: &HaStatus) -> String {
     let key = master_view_key_from_env();
     let election = match Election::start(ElectionConfig {
         endpoints: ha.endpoints.clone(),
@@ -65,6 +67,7 @@ pub fn run(master: Arc<Master>, ha: &HaFlags, advertised: &str) -> String {
         Ok(e) => e,
         Err(e) => return e.to_string(),
     };
+    status.set(RuntimeState::Candidate, None, None);
     let mut generation = 0;
     let mut leading = false;
     loop {
@@ -75,25 +78,40 @@ pub fn run(master: Arc<Master>, ha: &HaFlags, advertised: &str) -> String {
                 master.set_standby(Some(format!(
                     "tidewire-master: {STANDBY_MARK}; lost leadership"
                 )));
+                status.set(RuntimeState::Standby, None, None);
                 return "lost leadership (lease not renewed); exiting".into();
             }
             continue;
         }
         match st.role {
             Role::Leader { view_version } if election.is_leader() => {
+                let view = u64::try_from(view_version).ok();
+                let state = if ha.oplog {
+                    RuntimeState::Recovering
+                } else {
+                    RuntimeState::LeaderWarmup
+                };
+                status.set(state, Some(advertised.to_string()), view);
                 if let Err(e) = take_over(&master, ha, &key, view_version) {
                     return format!("taking over: {e}");
                 }
                 master.set_standby(None);
+                status.set(RuntimeState::Serving, Some(advertised.to_string()), view);
                 leading = true;
                 eprintln!("tidewire-master: leading as {advertised} (view {view_version})");
             }
-            Role::Follower(l) => master.set_standby(Some(format!(
-                "tidewire-master: {STANDBY_MARK}; the leader is {l}"
-            ))),
-            _ => master.set_standby(Some(format!(
-                "tidewire-master: {STANDBY_MARK}; no leader elected yet"
-            ))),
+            Role::Follower(l) => {
+                master.set_standby(Some(format!(
+                    "tidewire-master: {STANDBY_MARK}; the leader is {l}"
+                )));
+                status.set(RuntimeState::Standby, Some(l), None);
+            }
+            _ => {
+                master.set_standby(Some(format!(
+                    "tidewire-master: {STANDBY_MARK}; no leader elected yet"
+                )));
+                status.set(RuntimeState::Candidate, None, None);
+            }
         }
     }
 }

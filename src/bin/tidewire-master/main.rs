@@ -1,5 +1,5 @@
 //! tidewire-master: the Store's metadata service. Binds exactly the addresses it is given
-//! (RPC, optional HTTP metadata, metrics), logs one JSON line `{"rpc_port":..}` per listener
+//! (RPC, optional HTTP metadata, metrics and admin routes), logs one JSON line `{"rpc_port":..}` per listener
 //! once ready, and runs until killed.
 
 mod flags;
@@ -8,6 +8,7 @@ mod ha;
 use std::net::TcpListener;
 use std::sync::Arc;
 use tidewire::store::master::Master;
+use tidewire::store::master::admin::{Admin, AdminOptions, HaStatus};
 use tidewire::store::master::http::{HttpServer, MetadataStore};
 use tidewire::store::master::server::{MasterServer, ServerOptions};
 
@@ -54,7 +55,13 @@ fn run(f: flags::Flags) -> Result<(), String> {
     } else {
         None
     };
-    // Metrics are optional: a taken port (another master's default 9003) is a warning, not an
+    let ha_status = Arc::new(if f.ha.is_some() {
+        HaStatus::ha()
+    } else {
+        HaStatus::standalone()
+    });
+    // The metrics address serves the admin routes (/metrics, /health, /get_all_segments, ...).
+    // They are optional: a taken port (another master's default 9003) is a warning, not an
     // outage.
     let _metrics = if f.enable_metric_reporting {
         let host = f
@@ -63,22 +70,8 @@ fn run(f: flags::Flags) -> Result<(), String> {
             .unwrap_or_else(|| f.rpc_address.clone());
         match bind(&host, f.metrics_port, "metrics") {
             Ok(l) => {
-                let m = master.clone();
-                let s = HttpServer::start(
-                    l,
-                    Arc::new(move |r| {
-                        if r.path == "/metrics" && r.method == "GET" {
-                            (
-                                200,
-                                "text/plain; version=0.0.4",
-                                m.metrics_text().into_bytes(),
-                            )
-                        } else {
-                            (404, "text/plain", b"not found".to_vec())
-                        }
-                    }),
-                )
-                .map_err(|e| e.to_string())?;
+                let admin = Admin::new(master.clone(), ha_status.clone(), AdminOptions::default());
+                let s = admin.serve(l).map_err(|e| e.to_string())?;
                 ready["metrics_port"] = s.local_addr().port().into();
                 Some(s)
             }
@@ -105,7 +98,7 @@ fn run(f: flags::Flags) -> Result<(), String> {
             h => h.to_string(),
         };
         let advertised = tidewire::metadata::join_host_port(&host, server.local_addr().port());
-        return Err(ha::run(master, ha, &advertised));
+        return Err(ha::run(master, ha, &advertised, &ha_status));
     }
     loop {
         std::thread::park();

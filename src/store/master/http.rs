@@ -1,6 +1,6 @@
 //! A small HTTP/1.1 server (one request per connection, thread per connection up to a cap,
-//! bounded head and body, deadlines) for the master's HTTP metadata service and its Prometheus
-//! metrics.
+//! bounded head and body, deadlines) for the master's HTTP metadata service and its admin routes
+//! (Prometheus metrics and the rest, see `admin`).
 //!
 //! Metadata protocol (Mooncake's HTTP metadata backend):
 //! `GET /metadata?key=K` → 200 + body or 404; `PUT` stores the body (200); `DELETE` → 200 or 404;
@@ -32,12 +32,79 @@ pub struct HttpRequest {
     pub path: String,
     /// Decoded query parameters.
     pub query: HashMap<String, String>,
+    /// The query string as sent (after `?`, not decoded).
+    pub raw_query: String,
     /// Body.
     pub body: Vec<u8>,
 }
 
-/// Status, content type, body.
-pub type HttpResponse = (u16, &'static str, Vec<u8>);
+impl HttpRequest {
+    /// The first value of query parameter `name`, percent-decoded to the exact bytes sent
+    /// (`+` is a space); `None` when absent.
+    pub fn param(&self, name: &str) -> Option<Vec<u8>> {
+        self.raw_query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| p.split_once('=').unwrap_or((p, "")))
+            .find(|(k, _)| percent_decode_bytes(k) == name.as_bytes())
+            .map(|(_, v)| percent_decode_bytes(v))
+    }
+}
+
+/// A reply: status, content type, extra headers, body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// `Content-Type`.
+    pub content_type: &'static str,
+    /// More headers (names and values without CR or LF).
+    pub headers: Vec<(&'static str, String)>,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// A reply without extra headers.
+    pub fn new(status: u16, content_type: &'static str, body: impl Into<Vec<u8>>) -> Self {
+        HttpResponse {
+            status,
+            content_type,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+}
+
+impl From<(u16, &'static str, Vec<u8>)> for HttpResponse {
+    fn from((status, content_type, body): (u16, &'static str, Vec<u8>)) -> Self {
+        HttpResponse::new(status, content_type, body)
+    }
+}
+
+/// Limits of one server.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// Longest request head (request line and headers), in bytes; a longer one gets 400.
+    pub max_head: usize,
+    /// Connections served at once; one more gets 503.
+    pub max_connections: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            max_head: MAX_HEAD,
+            max_connections: MAX_CONNECTIONS,
+        }
+    }
+}
 
 /// Answers one request.
 pub type HttpHandler = dyn Fn(&HttpRequest) -> HttpResponse + Send + Sync;
@@ -51,8 +118,17 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    /// Serves `handler` on `listener`.
+    /// Serves `handler` on `listener` with the default limits.
     pub fn start(listener: TcpListener, handler: Arc<HttpHandler>) -> std::io::Result<HttpServer> {
+        Self::start_with(listener, handler, HttpLimits::default())
+    }
+
+    /// Serves `handler` on `listener` within `limits`.
+    pub fn start_with(
+        listener: TcpListener,
+        handler: Arc<HttpHandler>,
+        limits: HttpLimits,
+    ) -> std::io::Result<HttpServer> {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let fd = listener.as_raw_fd();
@@ -70,17 +146,18 @@ impl HttpServer {
                         std::thread::sleep(Duration::from_millis(10));
                         continue;
                     };
-                    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+                    if active.fetch_add(1, Ordering::AcqRel) >= limits.max_connections {
                         active.fetch_sub(1, Ordering::AcqRel);
                         let mut s = s;
-                        let _ = respond(&mut s, (503, "text/plain", b"busy".to_vec()));
+                        let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
+                        let _ = respond(&mut s, HttpResponse::new(503, "text/plain", "busy"));
                         continue;
                     }
                     let (h, a) = (handler.clone(), active.clone());
                     let spawned = std::thread::Builder::new()
                         .name("tw-master-http-conn".into())
                         .spawn(move || {
-                            serve(s, &*h);
+                            serve(s, &*h, limits.max_head);
                             a.fetch_sub(1, Ordering::AcqRel);
                         });
                     if spawned.is_err() {
@@ -121,39 +198,58 @@ fn reason(status: u16) -> &'static str {
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        409 => "Conflict",
         413 => "Payload Too Large",
+        500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "Error",
     }
 }
 
-fn respond(s: &mut TcpStream, (status, ctype, body): HttpResponse) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        reason(status),
-        body.len()
+fn respond(s: &mut TcpStream, r: HttpResponse) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        r.status,
+        reason(r.status),
+        r.content_type,
+        r.body.len()
     );
+    for (k, v) in &r.headers {
+        head.push_str(k);
+        head.push_str(": ");
+        head.push_str(v);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
     s.write_all(head.as_bytes())?;
-    s.write_all(&body)?;
+    s.write_all(&r.body)?;
     s.flush()
 }
 
-fn serve(mut s: TcpStream, handler: &HttpHandler) {
+fn serve(mut s: TcpStream, handler: &HttpHandler, max_head: usize) {
     let _ = s.set_read_timeout(Some(IO_TIMEOUT));
     let _ = s.set_write_timeout(Some(IO_TIMEOUT));
-    let reply = match read_request(&mut s) {
+    // The handler builds the whole reply (and drops every lock it took) before a byte is
+    // written, so a slow peer never holds master state.
+    let reply = match read_request(&mut s, max_head) {
         Ok(req) => handler(&req),
         Err((status, m)) => {
             tw_log!(Level::Debug, "http: {m}");
-            (status, "text/plain", m.into_bytes())
+            HttpResponse::new(status, "text/plain", m.into_bytes())
         }
     };
     let _ = respond(&mut s, reply);
     let _ = s.shutdown(std::net::Shutdown::Write);
 }
 
-/// Percent-decodes a query component (`+` is a space).
+/// Percent-decodes a query component (`+` is a space), invalid UTF-8 replaced.
 pub fn percent_decode(s: &str) -> String {
+    String::from_utf8_lossy(&percent_decode_bytes(s)).into_owned()
+}
+
+/// Percent-decodes a query component to its exact bytes (`+` is a space; a `%` not followed by
+/// two hex digits stays as it is).
+pub fn percent_decode_bytes(s: &str) -> Vec<u8> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -175,17 +271,17 @@ pub fn percent_decode(s: &str) -> String {
         }
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
-fn read_request(s: &mut TcpStream) -> Result<HttpRequest, (u16, String)> {
+fn read_request(s: &mut TcpStream, max_head: usize) -> Result<HttpRequest, (u16, String)> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let head_end = loop {
         if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break p;
         }
-        if buf.len() > MAX_HEAD {
+        if buf.len() > max_head {
             return Err((400, "request head too large".into()));
         }
         match s.read(&mut chunk) {
@@ -237,6 +333,7 @@ fn read_request(s: &mut TcpStream) -> Result<HttpRequest, (u16, String)> {
         method,
         path: path.to_string(),
         query,
+        raw_query: q.to_string(),
         body,
     })
 }
@@ -251,6 +348,10 @@ pub struct MetadataStore {
 impl MetadataStore {
     /// Answers `/metadata?key=K` requests.
     pub fn handle(&self, r: &HttpRequest) -> HttpResponse {
+        self.answer(r).into()
+    }
+
+    fn answer(&self, r: &HttpRequest) -> (u16, &'static str, Vec<u8>) {
         if r.path != "/metadata" {
             return (404, "text/plain", b"not found".to_vec());
         }
@@ -303,6 +404,22 @@ mod tests {
         );
         assert_eq!(percent_decode("a+b%2"), "a b%2");
         assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(percent_decode_bytes("a%00b%20c%ff"), b"a\0b c\xff");
+    }
+
+    #[test]
+    fn params_decode_to_exact_bytes() {
+        let r = HttpRequest {
+            method: "GET".into(),
+            path: "/q".into(),
+            query: HashMap::new(),
+            raw_query: "x=1&k%65y=a%00%2C+b&key=second&empty".into(),
+            body: Vec::new(),
+        };
+        assert_eq!(r.param("key").as_deref(), Some(&b"a\0, b"[..]));
+        assert_eq!(r.param("x").as_deref(), Some(&b"1"[..]));
+        assert_eq!(r.param("empty").as_deref(), Some(&b""[..]));
+        assert_eq!(r.param("nope"), None);
     }
 
     #[test]
@@ -312,13 +429,14 @@ mod tests {
             method: m.into(),
             path: "/metadata".into(),
             query: HashMap::from([("key".to_string(), k.to_string())]),
+            raw_query: format!("key={k}"),
             body: b.to_vec(),
         };
-        assert_eq!(st.handle(&req("GET", "k", b"")).0, 404);
-        assert_eq!(st.handle(&req("PUT", "k", b"{}")).0, 200);
-        assert_eq!(st.handle(&req("GET", "k", b"")).2, b"{}");
-        assert_eq!(st.handle(&req("DELETE", "k", b"")).0, 200);
-        assert_eq!(st.handle(&req("DELETE", "k", b"")).0, 404);
-        assert_eq!(st.handle(&req("GET", "", b"")).0, 400);
+        assert_eq!(st.handle(&req("GET", "k", b"")).status, 404);
+        assert_eq!(st.handle(&req("PUT", "k", b"{}")).status, 200);
+        assert_eq!(st.handle(&req("GET", "k", b"")).body, b"{}");
+        assert_eq!(st.handle(&req("DELETE", "k", b"")).status, 200);
+        assert_eq!(st.handle(&req("DELETE", "k", b"")).status, 404);
+        assert_eq!(st.handle(&req("GET", "", b"")).status, 400);
     }
 }

@@ -1,7 +1,9 @@
 //! The store master: metadata only (segments, objects, leases, pins, client liveness), never
 //! object bytes. [`Master`] answers [`Request`]s; `server` serves them over TCP, `http` the
-//! optional HTTP metadata service and Prometheus metrics; `tidewire-master` wires them up.
+//! optional HTTP metadata service, `admin` the admin routes on the metrics port (Prometheus
+//! metrics and Mooncake's inspection routes); `tidewire-master` wires them up.
 
+pub mod admin;
 pub mod durable;
 pub mod http;
 pub mod metrics;
@@ -432,5 +434,48 @@ impl Master {
         let clients = self.clients.lock().unwrap_or_else(|e| e.into_inner()).len();
         self.metrics
             .render(self.objs.count(), used, cap, segments, clients)
+    }
+}
+
+/// Read-only views for the admin routes: each takes the locks it needs briefly and changes
+/// nothing (no lease, no read hold, no access time).
+impl Master {
+    /// Whether this master serves requests (`false`: an HA standby, or a leader still
+    /// rebuilding its state).
+    pub fn serving(&self) -> bool {
+        self.standby
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
+    /// Clients the master is tracking (heard from within `client_ttl + client_grace`).
+    pub fn client_count(&self) -> usize {
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Objects stored (complete or in flight).
+    pub fn object_count(&self) -> usize {
+        self.objs.count()
+    }
+
+    /// Keys of complete objects: at most `max_items` keys and `max_bytes` key bytes.
+    pub fn list_keys(&self, max_items: usize, max_bytes: usize) -> objects::KeyList {
+        self.objs.list_keys(max_items, max_bytes)
+    }
+
+    /// One key's complete value: size, replicas, lease, pins.
+    pub fn query_key(&self, key: &str) -> Result<objects::KeyInfo, i32> {
+        self.objs.peek(key)
+    }
+
+    /// Every mounted segment with its usage, sorted by name.
+    pub fn segment_details(&self) -> Vec<segments::SegmentInfo> {
+        self.segs.details()
+    }
+
+    /// One mounted segment with its usage.
+    pub fn segment_detail(&self, name: &str) -> Option<segments::SegmentInfo> {
+        self.segs.detail(name)
     }
 }

@@ -395,6 +395,76 @@ impl Segments {
     }
 }
 
+/// One mounted segment as an admin listing shows it (see [`Segments::details`]).
+#[derive(Debug, Clone)]
+pub struct SegmentInfo {
+    /// Mount id.
+    pub id: u64,
+    /// Name (the owner's engine endpoint).
+    pub name: String,
+    /// Owning client.
+    pub client_id: u64,
+    /// Base address in the owner.
+    pub base: u64,
+    /// Bytes mounted.
+    pub size: u64,
+    /// Bytes allocated.
+    pub used: u64,
+    /// Bytes the allocator manages.
+    pub capacity: u64,
+    /// Transfers with it failed since its owner's last heartbeat.
+    pub unhealthy: bool,
+    /// Its owner missed its heartbeats.
+    pub suspended: bool,
+}
+
+impl Segment {
+    fn info(&self) -> SegmentInfo {
+        let (used, capacity) = {
+            let a = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
+            (a.used(), a.size())
+        };
+        SegmentInfo {
+            id: self.id,
+            name: self.name.to_string(),
+            client_id: self.client_id,
+            base: self.base,
+            size: self.size,
+            used,
+            capacity,
+            unhealthy: self.unhealthy.load(Ordering::Relaxed),
+            suspended: self.suspended.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Segments {
+    /// Read-only admin listing: every mounted segment (at most [`MAX_SEGMENTS`]), sorted by
+    /// name. The table lock is held only to copy the segment handles out.
+    pub fn details(&self) -> Vec<SegmentInfo> {
+        let segs: Vec<Arc<Segment>> = self
+            .table
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_id
+            .values()
+            .cloned()
+            .collect();
+        let mut out: Vec<SegmentInfo> = segs.iter().map(|s| s.info()).collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Read-only admin query of the segment `name`.
+    pub fn detail(&self, name: &str) -> Option<SegmentInfo> {
+        let seg = {
+            let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+            t.by_id.get(t.by_name.get(name)?).cloned()
+        };
+        seg.map(|s| s.info())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,712 @@
+//! The master's admin HTTP routes, served on its metrics address (`--metrics_host`,
+//! `--metrics_port`) as Mooncake's master serves them there: Prometheus metrics, health and HA
+//! role, and read-only inspection of keys and segments.
+//!
+//! Shapes follow Mooncake's master (same paths, content types, JSON field names, status codes
+//! where a client depends on them: SGLang's `check_server` reads `/get_all_segments` and waits
+//! while its body is empty). Every route is bounded:
+//! - lists stop at [`AdminOptions::max_list_items`] entries and
+//!   [`AdminOptions::max_list_bytes`] bytes; every list reply carries `X-Tidewire-Total` (entries
+//!   in all), `X-Tidewire-Listed` and `X-Tidewire-Truncated: true|false`, and
+//!   `/get_segments_detail` also a `"truncated"` field;
+//! - a query string longer than [`MAX_QUERY`] bytes is refused with 400, and
+//!   `/batch_query_keys` takes at most [`MAX_BATCH_QUERY_KEYS`] keys;
+//! - parameters are percent-decoded to their exact bytes (`%00` is a NUL, `+` a space);
+//! - at most [`MAX_LISTS_AT_ONCE`] listings are built at once (one more gets 503) and the server
+//!   takes at most [`ADMIN_MAX_CONNECTIONS`] connections;
+//! - every view takes the master's locks briefly (each object shard once per listing) and
+//!   changes nothing (no lease, no read hold); the reply is built before a byte is written.
+
+use super::Master;
+use super::http::{HttpLimits, HttpRequest, HttpResponse, HttpServer};
+use crate::store::proto::{MAX_KEY_LEN, ReplicaDesc, code};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Longest query string accepted, in bytes as sent (percent-encoded).
+pub const MAX_QUERY: usize = 32 << 10;
+/// Most keys one `/batch_query_keys` takes.
+pub const MAX_BATCH_QUERY_KEYS: usize = 1024;
+/// Default cap on the entries of one listing.
+pub const MAX_LIST_ITEMS: usize = 100_000;
+/// Default cap on the body of one listing, in bytes.
+pub const MAX_LIST_BYTES: usize = 8 << 20;
+/// Listings built at once.
+pub const MAX_LISTS_AT_ONCE: usize = 4;
+/// Connections the admin server serves at once.
+pub const ADMIN_MAX_CONNECTIONS: usize = 32;
+/// Longest request head the admin server reads (the query string and the rest).
+const ADMIN_MAX_HEAD: usize = MAX_QUERY + (16 << 10);
+
+const TEXT_METRICS: &str = "text/plain; version=0.0.4";
+const TEXT_UTF8: &str = "text/plain; charset=utf-8";
+const JSON: &str = "application/json; charset=utf-8";
+/// Mooncake's UNAVAILABLE_IN_CURRENT_MODE.
+const UNAVAILABLE_IN_CURRENT_MODE: i32 = -1011;
+
+/// Every route served.
+pub const ROUTES: [&str; 12] = [
+    "/metrics",
+    "/metrics/summary",
+    "/health",
+    "/get_all_keys",
+    "/get_all_segments",
+    "/get_segments_detail",
+    "/query_key",
+    "/batch_query_keys",
+    "/query_segment",
+    "/ha_status",
+    "/leader",
+    "/role",
+];
+
+/// A master's runtime state, as Mooncake names it (`/ha_status`; `/role` maps it to `leader` or
+/// `standby`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeState {
+    /// Not campaigning yet.
+    Starting,
+    /// Another master leads.
+    Standby,
+    /// Campaigning, no leader known.
+    Candidate,
+    /// Won; rebuilding state from the journal.
+    Recovering,
+    /// Won; replaying the journal's tail.
+    CatchingUp,
+    /// Won; about to serve.
+    LeaderWarmup,
+    /// Serving requests.
+    Serving,
+}
+
+impl RuntimeState {
+    /// Mooncake's name (`/ha_status`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeState::Starting => "starting",
+            RuntimeState::Standby => "standby",
+            RuntimeState::Candidate => "candidate",
+            RuntimeState::Recovering => "recovering",
+            RuntimeState::CatchingUp => "catching_up",
+            RuntimeState::LeaderWarmup => "leader_warmup",
+            RuntimeState::Serving => "serving",
+        }
+    }
+
+    /// `leader` or `standby` (`/role`).
+    pub fn role(self) -> &'static str {
+        match self {
+            RuntimeState::LeaderWarmup | RuntimeState::Serving => "leader",
+            _ => "standby",
+        }
+    }
+}
+
+/// What the HA loop last reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaView {
+    /// Runtime state.
+    pub state: RuntimeState,
+    /// The leader's RPC address, when known.
+    pub leader: Option<String>,
+    /// The leader's view version (the etcd revision of its win), when known.
+    pub view_version: Option<u64>,
+}
+
+/// The master's HA state for the admin routes; the HA loop updates it.
+#[derive(Debug)]
+pub struct HaStatus {
+    enabled: bool,
+    view: Mutex<HaView>,
+}
+
+impl HaStatus {
+    /// A master without HA: serving, no leader view (as Mooncake's non-HA master).
+    pub fn standalone() -> HaStatus {
+        HaStatus {
+            enabled: false,
+            view: Mutex::new(HaView {
+                state: RuntimeState::Serving,
+                leader: None,
+                view_version: None,
+            }),
+        }
+    }
+
+    /// A master with HA, before it campaigns.
+    pub fn ha() -> HaStatus {
+        HaStatus {
+            enabled: true,
+            view: Mutex::new(HaView {
+                state: RuntimeState::Starting,
+                leader: None,
+                view_version: None,
+            }),
+        }
+    }
+
+    /// Records a change.
+    pub fn set(&self, state: RuntimeState, leader: Option<String>, view_version: Option<u64>) {
+        *self.view.lock().unwrap_or_else(|e| e.into_inner()) = HaView {
+            state,
+            leader,
+            view_version,
+        };
+    }
+
+    /// The current view.
+    pub fn view(&self) -> HaView {
+        self.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether HA is on.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+}
+
+/// Caps on listings.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminOptions {
+    /// Most entries in one listing ([`MAX_LIST_ITEMS`]).
+    pub max_list_items: usize,
+    /// Most bytes in one listing's body ([`MAX_LIST_BYTES`]).
+    pub max_list_bytes: usize,
+}
+
+impl Default for AdminOptions {
+    fn default() -> Self {
+        AdminOptions {
+            max_list_items: MAX_LIST_ITEMS,
+            max_list_bytes: MAX_LIST_BYTES,
+        }
+    }
+}
+
+/// The admin routes of one master.
+pub struct Admin {
+    master: Arc<Master>,
+    ha: Arc<HaStatus>,
+    opts: AdminOptions,
+    lists: AtomicUsize,
+}
+
+/// A listing in progress (counted against [`MAX_LISTS_AT_ONCE`]).
+struct ListSlot<'a>(&'a AtomicUsize);
+
+impl Drop for ListSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Mooncake's `AllocatedBuffer::Descriptor` in JSON.
+#[derive(Serialize)]
+struct Descriptor {
+    #[serde(rename = "size_")]
+    size: u64,
+    #[serde(rename = "buffer_address_")]
+    buffer_address: u64,
+    /// The master is not told the owner's transport: empty.
+    #[serde(rename = "protocol_")]
+    protocol: &'static str,
+    #[serde(rename = "transport_endpoint_")]
+    transport_endpoint: String,
+}
+
+impl From<&ReplicaDesc> for Descriptor {
+    fn from(r: &ReplicaDesc) -> Self {
+        Descriptor {
+            size: r.len,
+            buffer_address: r.addr,
+            protocol: "",
+            transport_endpoint: r.endpoint.clone(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorReply<'a> {
+    success: bool,
+    error_code: i32,
+    error_message: &'a str,
+}
+
+#[derive(Serialize)]
+struct SimpleErrorReply<'a> {
+    success: bool,
+    error: &'a str,
+}
+
+#[derive(Serialize)]
+struct QueryKeyReply {
+    success: bool,
+    data: Vec<Descriptor>,
+    // tidewire additions (a client reading `data` ignores them):
+    size: u64,
+    lease_remaining_ms: u64,
+    hard_pinned: bool,
+    soft_pinned: bool,
+}
+
+#[derive(Serialize)]
+struct BatchItem {
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    values: Option<Vec<Descriptor>>,
+}
+
+#[derive(Serialize)]
+struct BatchReply {
+    success: bool,
+    data: BTreeMap<String, BatchItem>,
+}
+
+#[derive(Serialize)]
+struct HealthReply<'a> {
+    status: &'a str,
+    role: &'a str,
+    ha_state: &'a str,
+    service_ready: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader_address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    view_version: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct LeaderReply {
+    present: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader_address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    view_version: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct SegmentItem {
+    segment_name: String,
+    segment_id: String,
+    client_id: String,
+    base_address: String,
+    size_bytes: u64,
+    size_human: String,
+    te_endpoint: String,
+    protocol: &'static str,
+    status: &'static str,
+    allocator_used_bytes: u64,
+    allocator_capacity_bytes: u64,
+    allocator_usage_percent: f64,
+}
+
+/// Mooncake's name of an error code.
+fn code_name(c: i32) -> &'static str {
+    match c {
+        code::OBJECT_NOT_FOUND => "OBJECT_NOT_FOUND",
+        code::REPLICA_IS_NOT_READY => "REPLICA_IS_NOT_READY",
+        code::INVALID_PARAMS => "INVALID_PARAMS",
+        code::SEGMENT_NOT_FOUND => "SEGMENT_NOT_FOUND",
+        UNAVAILABLE_IN_CURRENT_MODE => "UNAVAILABLE_IN_CURRENT_MODE",
+        _ => "INTERNAL_ERROR",
+    }
+}
+
+fn json(status: u16, v: &impl Serialize) -> HttpResponse {
+    match serde_json::to_vec(v) {
+        Ok(b) => HttpResponse::new(status, JSON, b),
+        Err(e) => HttpResponse::new(500, "text/plain", format!("encoding the reply: {e}")),
+    }
+}
+
+fn error(status: u16, c: i32, message: &str) -> HttpResponse {
+    json(
+        status,
+        &ErrorReply {
+            success: false,
+            error_code: c,
+            error_message: message,
+        },
+    )
+}
+
+/// The list headers: entries in all, listed, truncated.
+fn list_headers(r: HttpResponse, total: usize, listed: usize) -> HttpResponse {
+    r.header("X-Tidewire-Total", total.to_string())
+        .header("X-Tidewire-Listed", listed.to_string())
+        .header("X-Tidewire-Truncated", (listed < total).to_string())
+}
+
+/// `bytes / 2^30` as C++'s default stream formatting writes a double (6 significant digits).
+fn gib(bytes: u64) -> String {
+    let v = bytes as f64 / (1u64 << 30) as f64;
+    if v == 0.0 {
+        return "0 GiB".into();
+    }
+    let int_digits = v.abs().log10().floor() as i32 + 1;
+    let decimals = (6 - int_digits).clamp(0, 17) as usize;
+    let mut s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s = s.trim_end_matches('0').trim_end_matches('.').to_string();
+    }
+    format!("{s} GiB")
+}
+
+impl Admin {
+    /// The routes of `master`, reporting `ha`.
+    pub fn new(master: Arc<Master>, ha: Arc<HaStatus>, opts: AdminOptions) -> Arc<Admin> {
+        Arc::new(Admin {
+            master,
+            ha,
+            opts,
+            lists: AtomicUsize::new(0),
+        })
+    }
+
+    /// Serves the routes on `listener` (bound by the caller to exactly the configured address).
+    pub fn serve(self: &Arc<Self>, listener: TcpListener) -> std::io::Result<HttpServer> {
+        let a = self.clone();
+        HttpServer::start_with(
+            listener,
+            Arc::new(move |r| a.handle(r)),
+            HttpLimits {
+                max_head: ADMIN_MAX_HEAD,
+                max_connections: ADMIN_MAX_CONNECTIONS,
+            },
+        )
+    }
+
+    /// Answers one request.
+    pub fn handle(&self, r: &HttpRequest) -> HttpResponse {
+        if !ROUTES.contains(&r.path.as_str()) {
+            return HttpResponse::new(404, "text/plain", "not found");
+        }
+        if r.method != "GET" {
+            return HttpResponse::new(405, "text/plain", "method not allowed")
+                .header("Allow", "GET");
+        }
+        if r.raw_query.len() > MAX_QUERY {
+            return error(
+                400,
+                code::INVALID_PARAMS,
+                &format!(
+                    "query string of {} bytes exceeds {MAX_QUERY}",
+                    r.raw_query.len()
+                ),
+            );
+        }
+        match r.path.as_str() {
+            "/metrics" => HttpResponse::new(200, TEXT_METRICS, self.master.metrics_text()),
+            "/metrics/summary" => HttpResponse::new(200, TEXT_METRICS, self.summary()),
+            "/health" => self.health(),
+            "/role" => HttpResponse::new(200, TEXT_UTF8, self.ha.view().state.role()),
+            "/ha_status" => HttpResponse::new(200, TEXT_UTF8, self.ha.view().state.as_str()),
+            "/leader" => {
+                let v = self.ha.view();
+                json(
+                    200,
+                    &LeaderReply {
+                        present: v.leader.is_some(),
+                        leader_address: v.leader,
+                        view_version: v.view_version,
+                    },
+                )
+            }
+            _ if !self.master.serving() => error(
+                503,
+                UNAVAILABLE_IN_CURRENT_MODE,
+                "service plane is not active",
+            ),
+            "/query_key" => self.query_key(r),
+            "/batch_query_keys" => self.batch_query_keys(r),
+            "/query_segment" => self.query_segment(r),
+            path => {
+                let Some(_slot) = self.list_slot() else {
+                    return HttpResponse::new(
+                        503,
+                        "text/plain",
+                        format!("busy: {MAX_LISTS_AT_ONCE} listings in progress"),
+                    )
+                    .header("Retry-After", "1");
+                };
+                match path {
+                    "/get_all_keys" => self.all_keys(),
+                    "/get_all_segments" => self.all_segments(),
+                    _ => self.segments_detail(),
+                }
+            }
+        }
+    }
+
+    fn list_slot(&self) -> Option<ListSlot<'_>> {
+        if self.lists.fetch_add(1, Ordering::AcqRel) >= MAX_LISTS_AT_ONCE {
+            self.lists.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(ListSlot(&self.lists))
+    }
+
+    fn summary(&self) -> String {
+        let v = self.ha.view();
+        let segs = self.master.segment_details();
+        let used: u64 = segs.iter().map(|s| s.used).sum();
+        let cap: u64 = segs.iter().map(|s| s.capacity).sum();
+        let mut s = format!(
+            "role={}, state={}, service_ready={}, master={{keys={}, segments={}, clients={}, \
+             allocated_bytes={used}, capacity_bytes={cap}, evictions={}}}, ha={{enabled={}}}",
+            v.state.role(),
+            v.state.as_str(),
+            self.master.serving(),
+            self.master.object_count(),
+            segs.len(),
+            self.master.client_count(),
+            self.master.metrics.evictions.load(Ordering::Relaxed),
+            self.ha.enabled(),
+        );
+        if let Some(l) = &v.leader {
+            s.push_str(&format!(", leader={l}"));
+            if let Some(n) = v.view_version {
+                s.push_str(&format!(", view_version={n}"));
+            }
+        }
+        s
+    }
+
+    fn health(&self) -> HttpResponse {
+        let v = self.ha.view();
+        json(
+            200,
+            &HealthReply {
+                status: "ok",
+                role: v.state.role(),
+                ha_state: v.state.as_str(),
+                service_ready: self.master.serving(),
+                leader_address: v.leader,
+                view_version: v.view_version,
+            },
+        )
+    }
+
+    /// The key in parameter `key`: present, non-empty, UTF-8, at most `MAX_KEY_LEN` bytes.
+    fn key_param(r: &HttpRequest) -> Result<String, HttpResponse> {
+        let bad = |m: &str| Err(error(400, code::INVALID_PARAMS, m));
+        let Some(raw) = r.param("key").filter(|k| !k.is_empty()) else {
+            return bad("Missing key query parameter");
+        };
+        if raw.len() > MAX_KEY_LEN {
+            return bad(&format!("key of {} bytes exceeds {MAX_KEY_LEN}", raw.len()));
+        }
+        String::from_utf8(raw).or_else(|_| bad("key is not UTF-8 (no stored key can match)"))
+    }
+
+    fn query_key(&self, r: &HttpRequest) -> HttpResponse {
+        let key = match Self::key_param(r) {
+            Ok(k) => k,
+            Err(resp) => return resp,
+        };
+        match self.master.query_key(&key) {
+            Ok(info) => json(
+                200,
+                &QueryKeyReply {
+                    success: true,
+                    data: info.replicas.iter().map(Descriptor::from).collect(),
+                    size: info.size,
+                    lease_remaining_ms: info.lease_left.map_or(0, |d| d.as_millis() as u64),
+                    hard_pinned: info.hard_pin,
+                    soft_pinned: info.soft_pin,
+                },
+            ),
+            Err(c) => error(404, c, code_name(c)),
+        }
+    }
+
+    fn batch_query_keys(&self, r: &HttpRequest) -> HttpResponse {
+        let simple = |m: &str| {
+            json(
+                400,
+                &SimpleErrorReply {
+                    success: false,
+                    error: m,
+                },
+            )
+        };
+        let raw = r.param("keys").unwrap_or_default();
+        if raw.is_empty() {
+            return simple("No keys provided. Use ?keys=key1,key2,...");
+        }
+        let parts: Vec<&[u8]> = raw.split(|b| *b == b',').collect();
+        if parts.len() > MAX_BATCH_QUERY_KEYS {
+            return simple(&format!(
+                "{} keys exceed the {MAX_BATCH_QUERY_KEYS} one request takes",
+                parts.len()
+            ));
+        }
+        let mut data = BTreeMap::new();
+        for p in parts {
+            let item = match std::str::from_utf8(p) {
+                Ok(k) if !k.is_empty() => match self.master.query_key(k) {
+                    Ok(info) => BatchItem {
+                        ok: true,
+                        error: None,
+                        values: Some(info.replicas.iter().map(Descriptor::from).collect()),
+                    },
+                    Err(c) => BatchItem {
+                        ok: false,
+                        error: Some(code_name(c)),
+                        values: None,
+                    },
+                },
+                _ => BatchItem {
+                    ok: false,
+                    error: Some(code_name(code::INVALID_PARAMS)),
+                    values: None,
+                },
+            };
+            data.insert(String::from_utf8_lossy(p).into_owned(), item);
+        }
+        json(
+            200,
+            &BatchReply {
+                success: true,
+                data,
+            },
+        )
+    }
+
+    fn query_segment(&self, r: &HttpRequest) -> HttpResponse {
+        let Some(raw) = r.param("segment").filter(|s| !s.is_empty()) else {
+            return HttpResponse::new(400, "text/plain", "Missing segment query parameter");
+        };
+        let Ok(name) = String::from_utf8(raw) else {
+            return HttpResponse::new(400, "text/plain", "segment name is not UTF-8");
+        };
+        match self.master.segment_detail(&name) {
+            Some(s) => HttpResponse::new(
+                200,
+                TEXT_METRICS,
+                format!(
+                    "{name}\nUsed(bytes): {}\nCapacity(bytes) : {}\n",
+                    s.used, s.capacity
+                ),
+            ),
+            None => HttpResponse::new(404, TEXT_METRICS, "Failed to query segment"),
+        }
+    }
+
+    fn all_keys(&self) -> HttpResponse {
+        let l = self
+            .master
+            .list_keys(self.opts.max_list_items, self.opts.max_list_bytes);
+        let mut body = Vec::with_capacity(l.keys.iter().map(|k| k.len() + 1).sum());
+        for k in &l.keys {
+            body.extend_from_slice(k.as_bytes());
+            body.push(b'\n');
+        }
+        list_headers(
+            HttpResponse::new(200, TEXT_METRICS, body),
+            l.total,
+            l.keys.len(),
+        )
+    }
+
+    fn all_segments(&self) -> HttpResponse {
+        let segs = self.master.segment_details();
+        let mut body = Vec::new();
+        let mut listed = 0;
+        for s in &segs {
+            if listed >= self.opts.max_list_items
+                || body.len() + s.name.len() + 1 > self.opts.max_list_bytes
+            {
+                break;
+            }
+            body.extend_from_slice(s.name.as_bytes());
+            body.push(b'\n');
+            listed += 1;
+        }
+        list_headers(
+            HttpResponse::new(200, TEXT_METRICS, body),
+            segs.len(),
+            listed,
+        )
+    }
+
+    fn segments_detail(&self) -> HttpResponse {
+        let segs = self.master.segment_details();
+        let mut items: Vec<Vec<u8>> = Vec::new();
+        let mut bytes = 0;
+        for s in &segs {
+            let status = if s.suspended {
+                "SUSPENDED"
+            } else if s.unhealthy {
+                "UNHEALTHY"
+            } else {
+                "OK"
+            };
+            let item = SegmentItem {
+                segment_name: s.name.clone(),
+                segment_id: format!("0-{}", s.id),
+                client_id: format!("0-{}", s.client_id),
+                base_address: format!("{:#x}", s.base),
+                size_bytes: s.size,
+                size_human: gib(s.size),
+                te_endpoint: s.name.clone(),
+                protocol: "",
+                status,
+                allocator_used_bytes: s.used,
+                allocator_capacity_bytes: s.capacity,
+                allocator_usage_percent: if s.capacity > 0 {
+                    s.used as f64 / s.capacity as f64 * 100.0
+                } else {
+                    0.0
+                },
+            };
+            let Ok(b) = serde_json::to_vec(&item) else {
+                continue;
+            };
+            if items.len() >= self.opts.max_list_items
+                || bytes + b.len() + 1 > self.opts.max_list_bytes
+            {
+                break;
+            }
+            bytes += b.len() + 1;
+            items.push(b);
+        }
+        let truncated = items.len() < segs.len();
+        let mut body = format!("{{\"total_segments\":{},\"segments\":[", segs.len()).into_bytes();
+        for (i, b) in items.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(b);
+        }
+        body.extend_from_slice(format!("],\"truncated\":{truncated}}}").as_bytes());
+        list_headers(HttpResponse::new(200, JSON, body), segs.len(), items.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_as_mooncake_writes_them() {
+        assert_eq!(gib(16 << 30), "16 GiB");
+        assert_eq!(gib(1 << 30), "1 GiB");
+        assert_eq!(gib(256 << 20), "0.25 GiB");
+        assert_eq!(gib(0), "0 GiB");
+        assert_eq!(gib(1 << 20), "0.000976562 GiB");
+    }
+
+    #[test]
+    fn roles_follow_the_state() {
+        assert_eq!(RuntimeState::Serving.role(), "leader");
+        assert_eq!(RuntimeState::LeaderWarmup.role(), "leader");
+        assert_eq!(RuntimeState::CatchingUp.role(), "standby");
+        assert_eq!(RuntimeState::CatchingUp.as_str(), "catching_up");
+    }
+}
