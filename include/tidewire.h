@@ -980,6 +980,73 @@ int64_t tw_store_remove_by_regex(const struct tw_store *s, const char *pattern, 
 int64_t tw_store_remove_all(const struct tw_store *s, bool force);
 
 /*
+ Zero-copy put of `n` keys whose values are in pieces (`upsert == 0`: create-only;
+ otherwise create-or-replace): key `i`'s value is the concatenation, in order, of the next
+ `piece_counts[i]` pieces `piece_ptrs[j][0..piece_sizes[j]]` of the flat arrays (key 0 owns
+ the first `piece_counts[0]`, key 1 the next, ...), which hold `n_pieces` elements in all.
+ Every piece of every key is written straight to its offset in the replica buffers, all in
+ one transfer batch; nothing is staged. One code per key in `results`: 0, or a negative
+ `TW_STORE_*` code (`TW_STORE_INVALID_PARAMS` for a bad key, a piece with a NULL address and
+ a nonzero size, a key whose pieces total 0 bytes (or none), a piece not mapped in this
+ process; `TW_STORE_NO_AVAILABLE_HANDLE` when no segment has room). Zero-size pieces are
+ skipped and their address is not read. Memory not registered with `tw_store_register_buffer`
+ is registered for the call only. A create-only put of an existing key is 0 and keeps the old
+ value. `cfg` may be NULL (Mooncake's defaults).
+
+ Returns `TW_STORE_OK` when the batch ran, or `TW_STORE_INVALID_PARAMS` without writing
+ `results` when the arguments are unusable: a NULL handle or array with a nonzero count, or
+ `piece_counts` not adding up to `n_pieces`. Thread-safe; no pointer is kept after the call.
+
+ # Safety
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes; `piece_counts` holds `n` elements, `piece_ptrs` and `piece_sizes` `n_pieces`;
+ each piece is readable for its size and unchanged during the call; `results` is writable for
+ `n` elements.
+ */
+int32_t tw_store_put_multi(const struct tw_store *s,
+                           const char *const *keys_in,
+                           const size_t *key_lens,
+                           const size_t *piece_counts,
+                           size_t n,
+                           const void *const *piece_ptrs,
+                           const uint64_t *piece_sizes,
+                           size_t n_pieces,
+                           int32_t upsert,
+                           const struct tw_store_replicate_config *cfg,
+                           int32_t *results);
+
+/*
+ Zero-copy get of `n` keys into pieces: key `i`'s value fills, in order, the next
+ `piece_counts[i]` pieces `piece_ptrs[j][0..piece_sizes[j]]` of the flat arrays (laid out as
+ for `tw_store_put_multi`, `n_pieces` elements in all). The pieces may hold more than the
+ value: the first bytes of the value go to the first piece, and whatever is past the value's
+ end is left untouched. Per key in `results`: the value's size in bytes, or a negative code
+ (`TW_STORE_OBJECT_NOT_FOUND`; `TW_STORE_INVALID_PARAMS` for a bad key, pieces holding fewer
+ bytes than the value, a piece with a NULL address and a nonzero size or one not mapped in
+ this process; `TW_STORE_LEASE_EXPIRED`, `TW_STORE_TRANSFER_FAIL`). One lookup and one
+ transfer batch for the whole call (per master-sized chunk of keys).
+
+ Returns `TW_STORE_OK` when the batch ran, or `TW_STORE_INVALID_PARAMS` without writing
+ `results` when the arguments are unusable (as for `tw_store_put_multi`). Thread-safe; no
+ pointer is kept after the call.
+
+ # Safety
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes; `piece_counts` holds `n` elements, `piece_ptrs` and `piece_sizes` `n_pieces`;
+ each piece is writable for its size, no two pieces overlap, and none is accessed by others
+ during the call; `results` is writable for `n` elements.
+ */
+int32_t tw_store_get_into_multi(const struct tw_store *s,
+                                const char *const *keys_in,
+                                const size_t *key_lens,
+                                const size_t *piece_counts,
+                                size_t n,
+                                void *const *piece_ptrs,
+                                const uint64_t *piece_sizes,
+                                size_t n_pieces,
+                                int64_t *results);
+
+/*
  Copying get without staging: once a key's size is known, `alloc(ctx, i, size)` is called
  (on the calling thread, in key order, before any byte moves) and the value is read straight
  into the memory it returns. Per key in `results`: bytes read, or a negative code (-704

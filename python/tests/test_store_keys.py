@@ -113,6 +113,8 @@ def _every_method(s, key, buf):
         "upsert_from": s.upsert_from(key, a, 1),
         "batch_put_from": s.batch_put_from([key], [a], [1]),
         "batch_upsert_from": s.batch_upsert_from([key], [a], [1]),
+        "batch_put_from_multi_buffers": s.batch_put_from_multi_buffers([key], [[a]], [[1]]),
+        "batch_get_into_multi_buffers": s.batch_get_into_multi_buffers([key], [[a]], [[4096]]),
         "get_into": s.get_into(key, a, 4096),
         "batch_get_into": s.batch_get_into([key], [a], [4096]),
         "get": s.get(key),
@@ -133,7 +135,8 @@ def _every_method(s, key, buf):
 BAD_KEY = {
     "put": -600, "upsert": -600, "put_batch": -600, "upsert_batch": -600, "put_parts": -600,
     "upsert_parts": -600, "put_from": -600, "upsert_from": -600, "batch_put_from": [-600],
-    "batch_upsert_from": [-600], "get_into": -600, "batch_get_into": [-600], "get": b"",
+    "batch_upsert_from": [-600], "batch_put_from_multi_buffers": [-600],
+    "batch_get_into_multi_buffers": [-600], "get_into": -600, "batch_get_into": [-600], "get": b"",
     "get_batch": [b""], "get_buffer": None, "batch_get_buffer": [None], "get_size": -600,
     "get_into_ranges": [[[-600]]], "is_exist": -1, "batch_is_exist": [-1], "remove": -600,
     "batch_remove": [-600],
@@ -185,6 +188,12 @@ def test_the_longest_key_works_in_every_method(store):
     assert s.remove(key, force=True) == 0 and s.is_exist(key) == 0
     assert s.batch_put_from([key], [buf.addr], [1]) == [0]
     assert s.batch_remove([key], force=True) == [0]
+    assert s.batch_put_from_multi_buffers([key, other], [[buf.addr], [buf.addr, buf.addr]],
+                                          [[1], [1, 1]]) == [0, 0]
+    assert s.batch_get_into_multi_buffers([other, key], [[buf.addr + 300, buf.addr + 302]] * 2,
+                                          [[1, 1]] * 2) == [2, 1]
+    assert buf.get(300, 1) == b"v"
+    assert s.batch_remove([key, other], force=True) == [0, 0]
 
 
 def test_a_batch_of_long_keys_larger_than_one_message(store):
@@ -216,6 +225,10 @@ def _call_with(s, name, key, addr):
         "upsert_from": lambda: s.upsert_from(key, addr, 1),
         "batch_put_from": lambda: s.batch_put_from([key], [addr], [1]),
         "batch_upsert_from": lambda: s.batch_upsert_from([key], [addr], [1]),
+        "batch_put_from_multi_buffers": lambda: s.batch_put_from_multi_buffers([key], [[addr]],
+                                                                               [[1]]),
+        "batch_get_into_multi_buffers": lambda: s.batch_get_into_multi_buffers([key], [[addr]],
+                                                                               [[4096]]),
         "get_into": lambda: s.get_into(key, addr, 4096),
         "batch_get_into": lambda: s.batch_get_into([key], [addr], [4096]),
         "get": lambda: s.get(key),
@@ -255,6 +268,10 @@ def test_a_batch_needs_a_list_of_keys(store, keys):
         "batch_put_from": lambda: s.batch_put_from(keys, [buf.addr] * 2, [1, 1]),
         "batch_upsert_from": lambda: s.batch_upsert_from(keys, [buf.addr] * 2, [1, 1]),
         "batch_get_into": lambda: s.batch_get_into(keys, [buf.addr] * 2, [1, 1]),
+        "batch_put_from_multi_buffers": lambda: s.batch_put_from_multi_buffers(
+            keys, [[buf.addr]] * 2, [[1]] * 2),
+        "batch_get_into_multi_buffers": lambda: s.batch_get_into_multi_buffers(
+            keys, [[buf.addr]] * 2, [[1]] * 2),
         "get_batch": lambda: s.get_batch(keys),
         "batch_get_buffer": lambda: s.batch_get_buffer(keys),
         "batch_is_exist": lambda: s.batch_is_exist(keys),

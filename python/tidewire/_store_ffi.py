@@ -72,6 +72,16 @@ STORE_SIGNATURES = {
         [c_void_p, _keys, _lens, _p(c_void_p), _p(c_uint64), _p(c_uint64), c_size_t, _p(c_int64)],
         c_int32,
     ),
+    "tw_store_put_multi": (
+        [c_void_p, _keys, _lens, _p(c_size_t), c_size_t, _p(c_void_p), _p(c_uint64), c_size_t,
+         c_int32, _p(ReplicateConfigC), _p(c_int32)],
+        c_int32,
+    ),
+    "tw_store_get_into_multi": (
+        [c_void_p, _keys, _lens, _p(c_size_t), c_size_t, _p(c_void_p), _p(c_uint64), c_size_t,
+         _p(c_int64)],
+        c_int32,
+    ),
     "tw_store_get_size": ([c_void_p, c_char_p, c_size_t], c_int64),
     "tw_store_exist": ([c_void_p, _keys, _lens, c_size_t, _p(c_int32)], c_int32),
     "tw_store_remove": ([c_void_p, _keys, _lens, c_size_t, c_bool, _p(c_int32)], c_int32),

@@ -14,6 +14,8 @@ Return conventions (as Mooncake's Python API):
   value; ``upsert`` replaces it.
 - ``get``/``get_batch``: ``bytes``, ``b''`` for a missing key. ``get_into``/``batch_get_into``:
   bytes read, or ``-704`` (missing) / ``-600`` (buffer too small or bad arguments).
+- ``batch_put_from_multi_buffers``/``batch_get_into_multi_buffers``: values in several
+  ``(ptr, size)`` pieces, concatenated; per key 0 / the value's size, or a negative code.
 - ``get_size``: the size or ``-704``. ``is_exist``: 1/0/-1. ``remove``: 0, -704, -706 (leased,
   unless ``force``). ``remove_by_regex``/``remove_all``: the count removed.
 
@@ -36,6 +38,7 @@ Every call into the library releases the GIL (ctypes), so threads overlap their 
 """
 
 import ctypes
+import enum
 import functools
 import itertools
 import operator
@@ -46,7 +49,10 @@ from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_size_t, c_uint6
 from . import _ffi
 from ._store_ffi import AllocFn, ReplicateConfigC, StoreValue
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "BufferHandle"]
+__all__ = [
+    "MooncakeDistributedStore", "ReplicateConfig", "BufferHandle", "SoftPinAction",
+    "ObjectDataType",
+]
 
 INTERNAL_ERROR = -1
 INVALID_PARAMS = -600
@@ -57,31 +63,107 @@ MAX_KEY_LEN = 1 << 20
 _MiB = 1024 * 1024
 
 
+class SoftPinAction(enum.IntEnum):
+    """``ReplicateConfig.soft_pin_action`` (Mooncake's values)."""
+
+    PRESERVE = 0
+    ENABLE = 1
+    DISABLE = 2
+
+
+class ObjectDataType(enum.IntEnum):
+    """``ReplicateConfig.data_type`` (Mooncake's values; recorded nowhere here)."""
+
+    UNKNOWN = 0
+    KVCACHE = 1
+    TENSOR = 2
+    WEIGHT = 3
+    SAMPLE = 4
+    ACTIVATION = 5
+    GRADIENT = 6
+    OPTIMIZER_STATE = 7
+    METADATA = 8
+    GENERAL = 9
+
+
 class ReplicateConfig:
-    """Placement and pinning of a write (Mooncake's ``ReplicateConfig``)."""
+    """Placement and pinning of a write (Mooncake's ``ReplicateConfig``, every field with
+    Mooncake's default).
+
+    Acted on: ``replica_num``; ``with_hard_pin``; ``preferred_segments`` and
+    ``preferred_segment`` (Mooncake's deprecated single form, tried first); soft pinning by
+    ``soft_pin_action=SoftPinAction.ENABLE`` (or the older ``with_soft_pin=True``), for the
+    master's ``--default_kv_soft_pin_ttl``; ``prefer_alloc_in_same_node``, which, as in
+    Mooncake, only ``batch_put_from_multi_buffers`` takes (needs ``replica_num == 1`` and no
+    NoF replicas; it places the value in this client's own segment when it has room) and every
+    other write refuses with -600; ``soft_pin_ttl_ms`` set without ``ENABLE`` is refused with
+    -600, as Mooncake's master does.
+
+    Accepted and not acted on: ``soft_pin_ttl_ms``'s value (the master's default TTL applies);
+    ``SoftPinAction.DISABLE`` (an existing soft pin stays until its TTL ends, as with
+    ``PRESERVE``); ``nof_replica_num``, ``dfs_replica_num`` and ``preferred_nof_segments``
+    (there are no NoF or DFS tiers); ``data_type``; ``group_ids`` and ``session_ids`` (no
+    group leases, group eviction or write sessions)."""
 
     def __init__(self):
         self.replica_num = 1
+        self.nof_replica_num = 0
+        self.dfs_replica_num = 0
+        self.soft_pin_action = SoftPinAction.PRESERVE
+        self.soft_pin_ttl_ms = None
         self.with_soft_pin = False
         self.with_hard_pin = False
-        self.preferred_segment = ""
         self.preferred_segments = []
+        self.preferred_segment = ""
+        self.preferred_nof_segments = []
+        self.prefer_alloc_in_same_node = False
+        self.data_type = ObjectDataType.UNKNOWN
+        self.group_ids = None
+        self.session_ids = None
 
-    def _c(self):
+    def _soft_pin(self):
+        """Whether the write soft-pins, or None when the fields conflict (a TTL without
+        ``ENABLE``, or an unknown action)."""
+        try:
+            action = SoftPinAction(operator.index(self.soft_pin_action))
+        except (TypeError, ValueError):
+            return None
+        if self.soft_pin_ttl_ms is not None and action != SoftPinAction.ENABLE:
+            return None
+        if action == SoftPinAction.DISABLE:
+            return False
+        return action == SoftPinAction.ENABLE or bool(self.with_soft_pin)
+
+    def _c(self, local=None):
+        """The C config, or None when Mooncake refuses this one (-600). ``local``: the calling
+        client's segment name, given by the calls that take ``prefer_alloc_in_same_node``."""
+        soft = self._soft_pin()
+        if soft is None:
+            return None
         names = list(self.preferred_segments or [])
         if self.preferred_segment:
             names.insert(0, self.preferred_segment)
+        if self.prefer_alloc_in_same_node:
+            if local is None or self.replica_num != 1 or self.nof_replica_num:
+                return None
+            if local:
+                names.insert(0, local)
         return ReplicateConfigC(
             max(0, int(self.replica_num)),
             bool(self.with_hard_pin),
-            bool(self.with_soft_pin),
+            soft,
             ",".join(names).encode() if names else None,
         )
 
     def __repr__(self):
         return (
-            f"ReplicateConfig(replica_num={self.replica_num}, with_soft_pin={self.with_soft_pin}, "
-            f"with_hard_pin={self.with_hard_pin}, preferred_segments={self.preferred_segments!r})"
+            f"ReplicateConfig(replica_num={self.replica_num}, "
+            f"soft_pin_action={getattr(self.soft_pin_action, 'name', self.soft_pin_action)}, "
+            f"soft_pin_ttl_ms={self.soft_pin_ttl_ms}, with_hard_pin={self.with_hard_pin}, "
+            f"preferred_segments={self.preferred_segments!r}, "
+            f"preferred_segment={self.preferred_segment!r}, "
+            f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node}, "
+            f"group_ids={self.group_ids!r})"
         )
 
 
@@ -385,9 +467,11 @@ class MooncakeDistributedStore:
             return settled
         n = len(enc)
         cptrs, csizes = _c_buffers(ptrs, sizes)
+        cfg = (config or ReplicateConfig())._c()
+        if cfg is None:
+            return [INVALID_PARAMS] * n
         karr, klens, _keep = _c_keys(enc)
         res, cres = _codes(n)
-        cfg = (config or ReplicateConfig())._c()
         rc = _ffi.lib().tw_store_put(
             self._h, karr, klens, cptrs, csizes, n, 1 if upsert else 0, 1 if copy else 0,
             byref(cfg), cres,
@@ -449,6 +533,108 @@ class MooncakeDistributedStore:
     def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
         """Zero-copy create-or-replace; one code per key."""
         return self._put(_key_list(keys), list(buffer_ptrs), list(sizes), True, False, config)
+
+    # ---------------------------------------------------------------- values in pieces
+    def _pieces(self, enc, all_buffer_ptrs, all_sizes):
+        """A multi-buffer batch's arguments, checked: ``(settled, args)``. ``settled`` is the
+        whole result when the arguments decide it (no handle, outer lengths that differ, no
+        keys), else None; ``args`` is ``(results, good, counts, ptrs, sizes)``: the result list
+        with -600 for each key whose own pieces are unusable (a ptr list and a size list of
+        different lengths, or entries that are not addresses or sizes), the indices of the
+        other keys, and their piece counts and flat addresses and sizes as arrays."""
+        n = len(enc)
+        if self._h is None:
+            return [INTERNAL_ERROR] * n, None
+        try:
+            ptr_lists, size_lists = list(all_buffer_ptrs), list(all_sizes)
+        except TypeError:
+            return [INVALID_PARAMS] * n, None
+        if not (n == len(ptr_lists) == len(size_lists)):
+            return [INVALID_PARAMS] * n, None
+        if n == 0:
+            return [], None
+        results = [INVALID_PARAMS] * n
+        good, counts, flat_ptrs, flat_sizes = [], array(_SIZE_CODE), array("Q"), array("Q")
+        for i in range(n):
+            try:
+                ps, ss = list(ptr_lists[i]), list(size_lists[i])
+            except TypeError:
+                continue
+            if len(ps) != len(ss):
+                continue
+            ps, ss = _ints(ps, 1 << 64), _ints(ss, 1 << 63)
+            if ps is None or ss is None:
+                continue
+            good.append(i)
+            counts.append(len(ps))
+            flat_ptrs.extend(ps)
+            flat_sizes.extend(ss)
+        return None, (results, good, counts, flat_ptrs, flat_sizes)
+
+    @staticmethod
+    def _pointer(arr, ctype):
+        """A pointer to an ``array``'s items (NULL when it is empty)."""
+        return ctypes.cast(arr.buffer_info()[0], POINTER(ctype)) if len(arr) else None
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """Zero-copy create-only puts of values in pieces: key ``i``'s value is the
+        concatenation of the ``all_sizes[i][j]`` bytes at each ``all_buffer_ptrs[i][j]``, in
+        order. Every piece of every key goes straight to its replica buffers, in one transfer
+        batch. One code per key: 0, or a negative code: -600 for outer lists of different
+        lengths (every key gets it), for a key whose pieces are unusable (a pointer list and a
+        size list of different lengths, NULL with a nonzero size, no bytes in all, unmapped
+        memory) and for a config Mooncake refuses; -200 when no segment has room. Zero-size
+        pieces are skipped. ``config.prefer_alloc_in_same_node`` places the value in this
+        client's own segment when it has room (``replica_num`` must be 1)."""
+        enc = _key_list(keys)
+        settled, args = self._pieces(enc, all_buffer_ptrs, all_sizes)
+        if settled is not None:
+            return settled
+        results, good, counts, ptrs, sizes = args
+        cfg = (config or ReplicateConfig())._c(local=self._hostname)
+        if cfg is None:
+            return [INVALID_PARAMS] * len(enc)
+        if not good:
+            return results
+        m = len(good)
+        karr, klens, _keep = _c_keys([enc[i] for i in good])
+        res, cres = _codes(m)
+        rc = _ffi.lib().tw_store_put_multi(
+            self._h, karr, klens, self._pointer(counts, c_size_t), m,
+            self._pointer(ptrs, c_void_p), self._pointer(sizes, c_uint64), len(ptrs), 0,
+            byref(cfg), cres,
+        )
+        for j, i in enumerate(good):
+            results[i] = rc if rc != 0 else res[j]
+        return results
+
+    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
+                                     prefer_alloc_in_same_node=False):
+        """Zero-copy reads into pieces: key ``i``'s value fills ``all_buffer_ptrs[i][j]``
+        (``all_sizes[i][j]`` bytes each) in order; the pieces may hold more than the value,
+        and what lies past its end is left as it was. Per key: the value's size in bytes, or a
+        negative code: -704 missing; -600 for outer lists of different lengths (every key gets
+        it), or for a key whose pieces are unusable or hold fewer bytes than the value.
+        ``prefer_alloc_in_same_node`` is accepted and changes nothing (a replica in this
+        process's own segment is always read by memcpy)."""
+        del prefer_alloc_in_same_node  # accepted for Mooncake's signature; see above
+        enc = _key_list(keys)
+        settled, args = self._pieces(enc, all_buffer_ptrs, all_sizes)
+        if settled is not None:
+            return settled
+        results, good, counts, ptrs, sizes = args
+        if not good:
+            return results
+        m = len(good)
+        karr, klens, _keep = _c_keys([enc[i] for i in good])
+        res = (c_int64 * m)()
+        rc = _ffi.lib().tw_store_get_into_multi(
+            self._h, karr, klens, self._pointer(counts, c_size_t), m,
+            self._pointer(ptrs, c_void_p), self._pointer(sizes, c_uint64), len(ptrs), res,
+        )
+        for j, i in enumerate(good):
+            results[i] = rc if rc != 0 else res[j]
+        return results
 
     # ---------------------------------------------------------------- reads
     def batch_get_into(self, keys, buffer_ptrs, sizes):
@@ -665,7 +851,8 @@ def _counted(fn):
 for _name in [
     "health_check", "register_buffer", "unregister_buffer", "put", "upsert", "put_batch",
     "upsert_batch", "put_parts", "upsert_parts", "put_from", "upsert_from", "batch_put_from",
-    "batch_upsert_from", "batch_get_into", "get_into", "get_batch", "get", "get_buffer",
+    "batch_upsert_from", "batch_put_from_multi_buffers", "batch_get_into_multi_buffers",
+    "batch_get_into", "get_into", "get_batch", "get", "get_buffer",
     "batch_get_buffer", "get_size", "get_into_ranges", "batch_is_exist", "is_exist",
     "batch_remove", "remove", "remove_by_regex", "remove_all",
 ]:

@@ -12,6 +12,8 @@
 #[path = "store_args.rs"]
 #[macro_use]
 mod args;
+#[path = "store_multi.rs"]
+mod multi;
 #[path = "store_sized.rs"]
 mod sized;
 

@@ -4,6 +4,7 @@
 use super::client::StoreClient;
 use super::flows::{KeyBuf, key_ok};
 use super::mem::Staged;
+use super::multi::Mem;
 use super::proto::{WriteConfig, code, key_chunks};
 
 /// Bytes fetched by the copying API: staged in the local buffer, or on the heap when it is full.
@@ -46,10 +47,10 @@ impl StoreClient {
             .map(|((k, _), l)| (*k, 0, *l))
             .collect();
         let mut staged: Vec<Option<Fetched>> = (0..items.len()).map(|_| None).collect();
-        let mut src = |i: usize, _remote: bool| -> Result<u64, i32> {
+        let mut src = |i: usize, _remote: bool| {
             let parts = items[i].1;
             if parts.len() == 1 {
-                return Ok(parts[0].as_ptr() as u64);
+                return Ok(Mem::One(parts[0].as_ptr() as u64));
             }
             if staged[i].is_none() {
                 let mut f = self.stage(lens[i]);
@@ -64,7 +65,9 @@ impl StoreClient {
                 }
                 staged[i] = Some(f);
             }
-            Ok(staged[i].as_ref().map_or(0, |f| f.bytes().as_ptr() as u64))
+            Ok(Mem::One(
+                staged[i].as_ref().map_or(0, |f| f.bytes().as_ptr() as u64),
+            ))
         };
         let skip = vec![false; items.len()];
         // SAFETY: every address `src` returns is a caller slice (alive for this call) or a
@@ -98,7 +101,7 @@ impl StoreClient {
                     Fetched::Heap(v) => v.as_mut_ptr() as u64,
                 };
                 bufs[i] = Some(f);
-                Ok(a)
+                Ok(Mem::One(a))
             };
             self.shared.get_chunk(&ks, &mut dst, false, &mut codes);
             for (j, &i) in chunk.iter().enumerate() {
@@ -129,7 +132,7 @@ impl StoreClient {
         for chunk in key_chunks(&idx, |&i| keys[i]) {
             let ks: Vec<&str> = chunk.iter().map(|&i| keys[i]).collect();
             let mut codes = vec![0i64; ks.len()];
-            let mut at = |j: usize, size: u64| dst(chunk[j], size);
+            let mut at = |j: usize, size: u64| dst(chunk[j], size).map(Mem::One);
             // Fresh memory for the values: populated ahead of the copy, not a fault per page.
             self.shared.get_chunk(&ks, &mut at, true, &mut codes);
             for (j, &i) in chunk.iter().enumerate() {

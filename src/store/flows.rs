@@ -7,6 +7,7 @@
 use super::batch::BatchEnd;
 use super::client::{Shared, StoreClient};
 use super::mem::{Copy, copy_all};
+use super::multi::Mem;
 use super::proto::{
     GetResult, KeyVersion, MAX_BATCH, MAX_KEY_LEN, PutItem, ReplicaDesc, Reply, Request,
     StartResult, WriteConfig, code,
@@ -16,8 +17,9 @@ use crate::engine::Request as Xfer;
 use crate::transport::Opcode;
 use std::time::Instant;
 
-/// Source of key `i`'s bytes for one replica (`true`: an engine WRITE will read it).
-pub(crate) type SrcFn<'a> = dyn FnMut(usize, bool) -> Result<u64, i32> + 'a;
+/// Source of key `i`'s bytes for one replica (`true`: an engine WRITE will read it): memory
+/// covering the key's whole length.
+pub(crate) type SrcFn<'a> = dyn FnMut(usize, bool) -> Result<Mem<'a>, i32> + 'a;
 
 /// The read holds a Get granted: when it was sent, and the lease and hold bounds it returned.
 pub(crate) struct ReadHold {
@@ -60,11 +62,11 @@ impl Shared {
         self.engine.memory_location(addr).is_ok() || super::mem::range_mapped(addr, len)
     }
 
-    /// One master-sized chunk of writes. `src(i, remote)` gives key `i`'s source address: for a
-    /// copy into our own segment (`remote == false`) any readable memory, for an engine WRITE
-    /// memory the engine may use (the copying API stages only then). Keys whose transfer to a
-    /// segment failed are revoked, the segments reported, and the keys written once more (the
-    /// master now places them elsewhere).
+    /// One master-sized chunk of writes. `src(i, remote)` gives key `i`'s source memory (one
+    /// range, or pieces each written at its offset): for a copy into our own segment
+    /// (`remote == false`) any readable memory, for an engine WRITE memory the engine may use.
+    /// Keys whose transfer to a segment failed are revoked, the segments reported, and the
+    /// keys written once more (the master now places them elsewhere).
     fn put_chunk(
         &self,
         items: &[KeyBuf<'_>],
@@ -140,40 +142,42 @@ impl Shared {
             for r in &st.replicas {
                 let remote = !self.own_segment(r);
                 let from = match src(i, remote) {
-                    Ok(a) if self.usable(a, len) => a,
-                    Ok(_) => 0,
+                    Ok(m) if m.usable(self, len) => Some(m),
+                    Ok(_) => None,
                     Err(c) => {
                         out[i] = c;
-                        0
+                        None
                     }
                 };
-                if from == 0 {
+                let Some(from) = from else {
                     if out[i] == code::OK {
                         out[i] = code::INVALID_PARAMS;
                     }
                     failed[i] = true;
                     break;
-                }
+                };
                 if r.len != len {
                     failed[i] = true;
                 } else if !remote {
-                    copies.push(Copy {
-                        src: from,
-                        dst: r.addr,
-                        len,
-                    });
+                    copies.extend(from.spans(len).map(|(a, off, n)| Copy {
+                        src: a,
+                        dst: r.addr + off,
+                        len: n,
+                    }));
                 } else {
                     match open(&r.endpoint) {
                         Some(seg) => {
-                            reqs.push(Xfer {
-                                op: Opcode::Write,
-                                local: from,
-                                segment: seg,
-                                remote: r.addr,
-                                len,
-                            });
-                            owner.push(i);
-                            endpoint.push(&r.endpoint);
+                            for (a, off, n) in from.spans(len) {
+                                reqs.push(Xfer {
+                                    op: Opcode::Write,
+                                    local: a,
+                                    segment: seg,
+                                    remote: r.addr + off,
+                                    len: n,
+                                });
+                                owner.push(i);
+                                endpoint.push(&r.endpoint);
+                            }
                             bytes += len;
                         }
                         None => {
@@ -326,13 +330,14 @@ impl Shared {
         }
     }
 
-    /// Reads `keys`; `dst(i, size)` gives the destination address for key `i` (or a code).
-    /// `fresh`: the destinations are memory just allocated for the values, whose pages are
-    /// populated before or alongside the transfer (see [`populate_behind`]).
-    pub(crate) fn get_chunk(
+    /// Reads `keys`; `dst(i, size)` gives the destination memory for key `i` (one range, or
+    /// pieces filled in order; covering `size` bytes), or a code. `fresh`: the destinations are
+    /// memory just allocated for the values, whose pages are populated before or alongside the
+    /// transfer (see [`populate_behind`](super::mem::populate_behind)).
+    pub(crate) fn get_chunk<'m>(
         &self,
         keys: &[&str],
-        dst: &mut dyn FnMut(usize, u64) -> Result<u64, i32>,
+        dst: &mut dyn FnMut(usize, u64) -> Result<Mem<'m>, i32>,
         fresh: bool,
         out: &mut [i64],
     ) {
@@ -348,9 +353,9 @@ impl Shared {
                 continue;
             }
             out[i] = match dst(i, g.size) {
-                Ok(a) if self.usable(a, g.size) => {
+                Ok(m) if m.usable(self, g.size) => {
                     reads.push(Read {
-                        dst: a,
+                        dst: m,
                         off: 0,
                         len: g.size,
                         found: g,
@@ -411,7 +416,7 @@ impl StoreClient {
         cfg: &WriteConfig,
     ) -> Vec<i32> {
         let bad: Vec<bool> = items.iter().map(|it| it.1 == 0).collect();
-        let mut src = |i: usize, _remote: bool| Ok(items[i].1);
+        let mut src = |i: usize, _remote: bool| Ok(Mem::One(items[i].1));
         // SAFETY: forwarded contract: each source is readable and unchanged during the call.
         let mut out = unsafe { self.put_with(items, upsert, cfg, &mut src, &bad) };
         for (o, b) in out.iter_mut().zip(bad) {
@@ -426,7 +431,7 @@ impl StoreClient {
     /// with `skip[i]` are not written (their result is left 0 for the caller to set).
     ///
     /// # Safety
-    /// Every address `src` returns is readable for the key's `len` bytes during the call.
+    /// All memory `src` returns is readable for the key's `len` bytes during the call.
     pub(crate) unsafe fn put_with(
         &self,
         items: &[KeyBuf<'_>],
@@ -492,7 +497,7 @@ impl StoreClient {
                 if size > c[i].2 {
                     Err(code::INVALID_PARAMS)
                 } else {
-                    Ok(c[i].1)
+                    Ok(Mem::One(c[i].1))
                 }
             };
             self.shared.get_chunk(&keys, &mut dst, false, o)
@@ -539,7 +544,7 @@ impl StoreClient {
             }
             out[i] = len as i64;
             reads.push(Read {
-                dst,
+                dst: Mem::One(dst),
                 off: src_off,
                 len,
                 found: g,

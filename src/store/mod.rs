@@ -1,7 +1,7 @@
 //! The Store: a Mooncake-Store-compatible distributed KV store whose bytes move through the
 //! engine. `proto` is the master RPC protocol, `master` the metadata service behind
-//! `tidewire-master`, `client` the library side (setup, mount, heartbeat) and `flows` its
-//! put/get/remove paths.
+//! `tidewire-master`, `client` the library side (setup, mount, heartbeat), `flows` its
+//! put/get/remove paths and `multi` the values in several pieces.
 
 pub mod admin;
 pub mod alloc;
@@ -13,6 +13,7 @@ pub mod flows;
 mod holds;
 pub mod master;
 pub mod mem;
+pub mod multi;
 pub mod proto;
 mod reads;
 

@@ -6,13 +6,15 @@
 use super::batch::BatchEnd;
 use super::client::Shared;
 use super::mem::{Copy, copy_all, populate_behind, prefault_write};
+use super::multi::Mem;
 use super::proto::{GetResult, ReplicaDesc, Request, code};
 use crate::engine::Request as Xfer;
 use crate::transport::Opcode;
 
-/// One read: `len` bytes at offset `off` of a found object, into caller memory at `dst`.
+/// One read: `len` bytes at offset `off` of a found object, into caller memory `dst` (one
+/// range, or pieces filled in order).
 pub(crate) struct Read<'a> {
-    pub(crate) dst: u64,
+    pub(crate) dst: Mem<'a>,
     pub(crate) off: u64,
     pub(crate) len: u64,
     pub(crate) found: &'a GetResult,
@@ -24,8 +26,9 @@ impl Shared {
     /// destinations were just allocated (their pages are populated alongside the transfer).
     ///
     /// # Safety
-    /// Each `[dst, dst+len)` is writable caller memory, unshared during the call; each
-    /// `[off, off+len)` lies within its object (`found.size`), whose read hold the caller has.
+    /// Each read's `dst` covers `len` bytes of writable caller memory, unshared during the call
+    /// (pieces do not overlap); each `[off, off+len)` lies within its object (`found.size`),
+    /// whose read hold the caller has.
     pub(crate) unsafe fn read_replicas(
         &self,
         reads: &[Read<'_>],
@@ -33,7 +36,8 @@ impl Shared {
     ) -> Vec<Result<(), i32>> {
         let mut out: Vec<Result<(), i32>> = vec![Ok(()); reads.len()];
         let mut copies: Vec<Copy> = Vec::new();
-        // Per read still to go over the engine: its remote replicas, and which one is next.
+        // Per read still to go over the engine: its remote replicas, and which one is next. A
+        // read in pieces is one request per piece, all to the same replica.
         let mut remote: Vec<(usize, Vec<&ReplicaDesc>, usize)> = Vec::new();
         for (i, r) in reads.iter().enumerate() {
             let fits = |d: &&ReplicaDesc| d.len == r.found.size;
@@ -44,11 +48,11 @@ impl Shared {
                 .filter(fits)
                 .find(|d| self.own_segment(d))
             {
-                copies.push(Copy {
-                    src: own.addr + r.off,
-                    dst: r.dst,
-                    len: r.len,
-                });
+                copies.extend(r.dst.spans(r.len).map(|(a, at, n)| Copy {
+                    src: own.addr + r.off + at,
+                    dst: a,
+                    len: n,
+                }));
                 continue;
             }
             let others: Vec<&ReplicaDesc> = r.found.replicas.iter().filter(fits).collect();
@@ -78,14 +82,16 @@ impl Shared {
                 while let Some(d) = reps.get(*next) {
                     match open(&d.endpoint) {
                         Some(seg) => {
-                            reqs.push(Xfer {
-                                op: Opcode::Read,
-                                local: r.dst,
-                                segment: seg,
-                                remote: d.addr + r.off,
-                                len: r.len,
-                            });
-                            owner.push(k);
+                            for (a, at, n) in r.dst.spans(r.len) {
+                                reqs.push(Xfer {
+                                    op: Opcode::Read,
+                                    local: a,
+                                    segment: seg,
+                                    remote: d.addr + r.off + at,
+                                    len: n,
+                                });
+                                owner.push(k);
+                            }
                             sent[k] = true;
                             bytes += r.len;
                             break;
@@ -105,12 +111,16 @@ impl Shared {
             let mut retry = vec![false; remote.len()];
             match populate_behind(&fresh_dst, || self.run_batch(&reqs, bytes)) {
                 BatchEnd::Done(ok) => {
+                    // A read fails once however many of its pieces failed: the next replica.
                     for (j, done) in ok.into_iter().enumerate() {
                         if !done {
-                            let (_, reps, next) = &mut remote[owner[j]];
+                            retry[owner[j]] = true;
+                        }
+                    }
+                    for (k, (_, reps, next)) in remote.iter_mut().enumerate() {
+                        if retry[k] {
                             failed_segments.push(reps[*next].endpoint.clone());
                             *next += 1;
-                            retry[owner[j]] = true;
                         }
                     }
                 }
