@@ -38,7 +38,7 @@ static int start_master(char *addr, size_t len) {
         close(fds[0]);
         close(fds[1]);
         execl(bin, bin, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0",
-              "--metrics_host=127.0.0.1", "--default_kv_lease_ttl=300", (char *)NULL);
+              "--metrics_host=127.0.0.1", "--default_kv_lease_ttl=5000", (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
