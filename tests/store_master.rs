@@ -12,6 +12,12 @@ const SEG: u64 = 1 << 20;
 
 fn master(cfg: MasterConfig) -> Master {
     let m = Master::new(cfg);
+    mount_two(&m);
+    m
+}
+
+/// Mounts segments "a:1" (client 1) and "b:1" (client 2), 1 MiB each.
+fn mount_two(m: &Master) {
     for (id, name, base) in [(1, "a:1", 0x10_0000u64), (2, "b:1", 0x1000_0000)] {
         assert_eq!(
             m.handle(Request::Mount {
@@ -23,7 +29,6 @@ fn master(cfg: MasterConfig) -> Master {
             Some(Reply::Ok)
         );
     }
-    m
 }
 
 fn start(m: &Master, key: &str, size: u64, upsert: bool, cfg: WriteConfig) -> StartResult {
@@ -592,17 +597,7 @@ fn journaled(cfg: MasterConfig) -> (Master, std::sync::Arc<std::sync::Mutex<Vec<
     let m = Master::new(cfg);
     let l = log.clone();
     m.record_into(Box::new(move |r| l.lock().unwrap().push(r)));
-    for (id, name, base) in [(1, "a:1", 0x10_0000u64), (2, "b:1", 0x1000_0000)] {
-        assert_eq!(
-            m.handle(Request::Mount {
-                client_id: id,
-                name: name.into(),
-                base,
-                size: SEG,
-            }),
-            Some(Reply::Ok)
-        );
-    }
+    mount_two(&m);
     (m, log)
 }
 

@@ -10,54 +10,21 @@
 use super::MasterConfig;
 use super::segments::{Replica, Segments};
 use crate::store::proto::{GetResult, KeyVersion, PutItem, StartResult, WriteConfig, code};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
+mod holds;
+mod journal;
+mod upkeep;
+mod view;
+
+use holds::{Hold, Retired, Writer, add_hold, end_hold};
+pub use view::{KeyInfo, KeyList};
+
 const SHARDS: usize = 64;
-
-/// One client's reads of a version in progress (see the module docs).
-#[derive(Debug, Clone, Copy)]
-struct Hold {
-    client: u64,
-    /// Reads in progress.
-    reads: u32,
-    /// When the newest of them was granted.
-    granted: Instant,
-}
-
-/// Whether a hold still protects its buffers at `now`; `alive` tells whether a client's
-/// heartbeats are arriving.
-fn hold_live(h: &Hold, now: Instant, cfg: &MasterConfig, alive: &dyn Fn(u64) -> bool) -> bool {
-    now < h.granted + cfg.lease_ttl || (now < h.granted + cfg.read_hold_max && alive(h.client))
-}
-
-/// Adds one read of `client`.
-fn add_hold(holds: &mut Vec<Hold>, client: u64, now: Instant) {
-    match holds.iter_mut().find(|h| h.client == client) {
-        Some(h) => {
-            h.reads = h.reads.saturating_add(1);
-            h.granted = now;
-        }
-        None => holds.push(Hold {
-            client,
-            reads: 1,
-            granted: now,
-        }),
-    }
-}
-
-/// Ends one read of `client` (ignored when it holds none: its hold already expired).
-fn end_hold(holds: &mut Vec<Hold>, client: u64) {
-    if let Some(i) = holds.iter().position(|h| h.client == client) {
-        holds[i].reads -= 1;
-        if holds[i].reads == 0 {
-            holds.swap_remove(i);
-        }
-    }
-}
 
 /// One readable or in-flight value: its buffers and the reads in progress on them.
 #[derive(Debug)]
@@ -84,33 +51,6 @@ struct Object {
     hard_pin: bool,
     soft_pin_until: Option<Instant>,
     last_access: Instant,
-}
-
-/// Buffers no longer reachable by key, kept until their readers (or a pre-empted writer) are done.
-#[derive(Debug)]
-struct Retired {
-    replicas: Vec<Replica>,
-    holds: Vec<Hold>,
-    /// A pre-empted or discarded write: its writer may still be writing until it reports (PutEnd
-    /// or PutRevoke) or until `free_at`.
-    writer: Option<Writer>,
-    free_at: Instant,
-}
-
-/// The writer of dropped write space, and the key it wrote (for the journal).
-#[derive(Debug)]
-struct Writer {
-    client: u64,
-    key: Box<str>,
-}
-
-impl Retired {
-    fn due(&self, now: Instant) -> bool {
-        match self.writer {
-            Some(_) => self.free_at <= now,
-            None => self.holds.is_empty(),
-        }
-    }
 }
 
 #[derive(Default)]
@@ -303,14 +243,6 @@ impl Shard {
     }
 }
 
-/// What an eviction pass may consider.
-struct Candidate {
-    last_access: Instant,
-    soft: bool,
-    size: u64,
-    key: String,
-}
-
 impl Objects {
     fn shard_index(key: &str) -> usize {
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -333,80 +265,6 @@ impl Objects {
     fn emit(&self, record: impl FnOnce() -> String) {
         if let Some(sink) = self.sink.get() {
             sink(record());
-        }
-    }
-
-    /// Every complete object (for a journal snapshot).
-    pub fn export(&self) -> Vec<Durable> {
-        let mut out = Vec::new();
-        for sh in self.all() {
-            for (k, o) in &sh.map {
-                if let Some(c) = &o.complete {
-                    out.push((k.clone(), c.size, c.replicas.clone(), o.hard_pin));
-                }
-            }
-        }
-        out
-    }
-
-    /// Every write still holding space (in progress, pre-empted or discarded), for a snapshot.
-    pub fn export_holds(&self) -> Vec<WriteHold> {
-        let mut out = Vec::new();
-        for sh in self.all() {
-            for (k, o) in &sh.map {
-                if let Some(p) = &o.pending {
-                    out.push((k.clone(), p.v.id, p.writer, p.v.replicas.clone()));
-                }
-            }
-            for (id, r) in &sh.retired {
-                if let Some(w) = &r.writer {
-                    out.push((w.key.to_string(), *id, w.client, r.replicas.clone()));
-                }
-            }
-        }
-        out
-    }
-
-    /// Keeps the space of a write the journal says may still be in flight (after a failover),
-    /// until its writer reports or the release timeout passes.
-    pub fn restore_hold(&self, (key, version, writer, replicas): WriteHold, cfg: &MasterConfig) {
-        self.next_version.fetch_max(version + 1, Ordering::Relaxed);
-        let free_at = Instant::now() + cfg.put_start_release_timeout;
-        self.shard(&key)
-            .hold_write(&key, version, writer, replicas, free_at);
-    }
-
-    /// The journal says write `version` of `key` no longer holds its space: the space is freed
-    /// (or, when the write was published, now belongs to the object the next record restores).
-    pub fn release_hold(&self, key: &str, version: u64, segs: &Segments) {
-        if let Some(r) = self.shard(key).retired.remove(&version) {
-            free_all(segs, &r.replicas);
-        }
-    }
-
-    /// Installs a complete object rebuilt from the journal (replaces any value of the key).
-    pub fn restore(&self, (key, size, replicas, hard_pin): Durable, segs: &Segments) {
-        let now = Instant::now();
-        let id = self.version_id();
-        let mut sh = self.shard(&key);
-        let old = sh.map.insert(
-            key,
-            Object {
-                complete: Some(Version {
-                    id,
-                    size,
-                    replicas,
-                    holds: Vec::new(),
-                }),
-                pending: None,
-                lease_until: None,
-                hard_pin,
-                soft_pin_until: None,
-                last_access: now,
-            },
-        );
-        if let Some(c) = old.and_then(|o| o.complete) {
-            free_all(segs, &c.replicas);
         }
     }
 
@@ -675,190 +533,5 @@ impl Objects {
             }
         }
         n
-    }
-
-    /// Drops every replica on the given segments (they were unmounted); objects left with no
-    /// replica disappear. Returns the objects dropped.
-    pub fn drop_segments(&self, ids: &HashSet<u64>) -> usize {
-        let mut dropped = 0;
-        for mut sh in self.all() {
-            let before = sh.map.len();
-            sh.map.retain(|_, o| {
-                if let Some(c) = o.complete.as_mut() {
-                    c.replicas.retain(|r| !ids.contains(&r.seg));
-                    if c.replicas.is_empty() {
-                        o.complete = None;
-                    }
-                }
-                if let Some(p) = o.pending.as_mut() {
-                    p.v.replicas.retain(|r| !ids.contains(&r.seg));
-                    if p.v.replicas.is_empty() {
-                        o.pending = None;
-                    }
-                }
-                o.complete.is_some() || o.pending.is_some()
-            });
-            dropped += before - sh.map.len();
-            sh.retired.retain(|_, r| {
-                r.replicas.retain(|x| !ids.contains(&x.seg));
-                !r.replicas.is_empty()
-            });
-        }
-        dropped
-    }
-
-    /// Periodic work: ends read holds that are no longer live (`alive` tells whether a client's
-    /// heartbeats are arriving), frees retired buffers that are due, discards writes older than
-    /// the discard timeout, ends expired soft pins.
-    pub fn sweep(&self, segs: &Segments, cfg: &MasterConfig, alive: &dyn Fn(u64) -> bool) {
-        let now = Instant::now();
-        for mut sh in self.all() {
-            let sh = &mut *sh;
-            for r in sh.retired.values_mut() {
-                r.holds.retain(|h| hold_live(h, now, cfg, alive));
-            }
-            for (key, version) in sh.free_due(now, segs) {
-                self.emit(|| super::durable::unhold_record(&key, version));
-            }
-            let stale: Vec<String> = sh
-                .map
-                .iter()
-                .filter(|(_, o)| {
-                    o.pending
-                        .as_ref()
-                        .is_some_and(|p| p.started + cfg.put_start_discard_timeout <= now)
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in stale {
-                let Some(o) = sh.map.get_mut(&k) else {
-                    continue;
-                };
-                let p = o.pending.take().unwrap_or_else(|| unreachable!());
-                let gone = o.complete.is_none();
-                sh.drop_pending(&k, p, cfg);
-                if gone {
-                    sh.map.remove(&k);
-                }
-            }
-            for o in sh.map.values_mut() {
-                if o.soft_pin_until.is_some_and(|t| t <= now) {
-                    o.soft_pin_until = None;
-                }
-                if let Some(c) = o.complete.as_mut() {
-                    c.holds.retain(|h| hold_live(h, now, cfg, alive));
-                }
-            }
-        }
-    }
-
-    /// Evicts roughly least-recently-used objects until `target` bytes are freed, skipping
-    /// leased, hard-pinned and unfinished objects (soft-pinned ones last, when allowed).
-    /// Returns the bytes freed.
-    pub fn evict(&self, target: u64, segs: &Segments, cfg: &MasterConfig) -> u64 {
-        let now = Instant::now();
-        let mut cands: Vec<Candidate> = Vec::new();
-        for sh in self.all() {
-            for (k, o) in &sh.map {
-                let Some(c) = &o.complete else { continue };
-                let soft = o.soft_pin_until.is_some();
-                if o.hard_pin
-                    || o.pending.is_some()
-                    || lease_active(o, now)
-                    || !c.holds.is_empty()
-                    || (soft && !cfg.allow_evict_soft_pinned)
-                {
-                    continue;
-                }
-                cands.push(Candidate {
-                    last_access: o.last_access,
-                    soft,
-                    size: c.size * c.replicas.len() as u64,
-                    key: k.clone(),
-                });
-            }
-        }
-        cands.sort_by_key(|c| (c.soft, c.last_access));
-        let mut freed = 0;
-        for c in cands {
-            if freed >= target {
-                break;
-            }
-            if self.remove(&c.key, false, segs, cfg) == code::OK {
-                freed += c.size;
-            }
-        }
-        freed
-    }
-}
-
-/// Keys of complete objects for an admin listing (see [`Objects::list_keys`]).
-#[derive(Debug, Clone, Default)]
-pub struct KeyList {
-    /// The keys listed, in no particular order.
-    pub keys: Vec<String>,
-    /// Complete objects in all (more than `keys.len()` when the listing was cut short).
-    pub total: usize,
-}
-
-/// One key as an admin query sees it (see [`Objects::peek`]).
-#[derive(Debug, Clone)]
-pub struct KeyInfo {
-    /// Value size in bytes.
-    pub size: u64,
-    /// The complete replicas.
-    pub replicas: Vec<crate::store::proto::ReplicaDesc>,
-    /// Time left on the read lease (`None`: no lease active).
-    pub lease_left: Option<std::time::Duration>,
-    /// Hard-pinned.
-    pub hard_pin: bool,
-    /// Soft-pinned now.
-    pub soft_pin: bool,
-}
-
-impl Objects {
-    /// Read-only admin listing: keys of complete objects, at most `max_items` of them and at most
-    /// `max_bytes` of key bytes (each key counted with one separator byte); `total` counts every
-    /// complete object. Each shard is locked once, for one pass over it; nothing changes (no
-    /// lease, no access time).
-    pub fn list_keys(&self, max_items: usize, max_bytes: usize) -> KeyList {
-        let mut out = KeyList::default();
-        let mut bytes = 0usize;
-        let mut full = false;
-        for sh in self.all() {
-            for (k, o) in &sh.map {
-                if o.complete.is_none() {
-                    continue;
-                }
-                out.total += 1;
-                if full {
-                    continue;
-                }
-                if out.keys.len() >= max_items || bytes + k.len() + 1 > max_bytes {
-                    full = true;
-                    continue;
-                }
-                bytes += k.len() + 1;
-                out.keys.push(k.clone());
-            }
-        }
-        out
-    }
-
-    /// Read-only admin query of one key: its complete value's size and replicas, lease and pins.
-    /// Grants no lease and adds no read hold (unlike Get). `OBJECT_NOT_FOUND`, or
-    /// `REPLICA_IS_NOT_READY` while only a write is in flight.
-    pub fn peek(&self, key: &str) -> Result<KeyInfo, i32> {
-        let now = Instant::now();
-        let sh = self.shard(key);
-        let o = sh.map.get(key).ok_or(code::OBJECT_NOT_FOUND)?;
-        let c = o.complete.as_ref().ok_or(code::REPLICA_IS_NOT_READY)?;
-        Ok(KeyInfo {
-            size: c.size,
-            replicas: c.replicas.iter().map(Replica::desc).collect(),
-            lease_left: o.lease_until.filter(|t| *t > now).map(|t| t - now),
-            hard_pin: o.hard_pin,
-            soft_pin: o.soft_pin_until.is_some_and(|t| t > now),
-        })
     }
 }

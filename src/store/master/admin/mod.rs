@@ -17,14 +17,20 @@
 //! - every view takes the master's locks briefly (each object shard once per listing) and
 //!   changes nothing (no lease, no read hold); the reply is built before a byte is written.
 
+mod ha;
+mod replies;
+
+pub use ha::{HaStatus, HaView, RuntimeState};
+use replies::*;
+
 use super::Master;
 use super::http::{HttpLimits, HttpRequest, HttpResponse, HttpServer};
-use crate::store::proto::{MAX_KEY_LEN, ReplicaDesc, code};
-use serde::Serialize;
+use crate::store::proto::{MAX_KEY_LEN, code};
+
 use std::collections::BTreeMap;
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// Longest query string accepted, in bytes as sent (percent-encoded).
 pub const MAX_QUERY: usize = 32 << 10;
@@ -43,9 +49,9 @@ const ADMIN_MAX_HEAD: usize = MAX_QUERY + (16 << 10);
 
 const TEXT_METRICS: &str = "text/plain; version=0.0.4";
 const TEXT_UTF8: &str = "text/plain; charset=utf-8";
-const JSON: &str = "application/json; charset=utf-8";
+pub(super) const JSON: &str = "application/json; charset=utf-8";
 /// Mooncake's UNAVAILABLE_IN_CURRENT_MODE.
-const UNAVAILABLE_IN_CURRENT_MODE: i32 = -1011;
+pub(super) const UNAVAILABLE_IN_CURRENT_MODE: i32 = -1011;
 
 /// Every route served.
 pub const ROUTES: [&str; 12] = [
@@ -62,112 +68,6 @@ pub const ROUTES: [&str; 12] = [
     "/leader",
     "/role",
 ];
-
-/// A master's runtime state, as Mooncake names it (`/ha_status`; `/role` maps it to `leader` or
-/// `standby`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RuntimeState {
-    /// Not campaigning yet.
-    Starting,
-    /// Another master leads.
-    Standby,
-    /// Campaigning, no leader known.
-    Candidate,
-    /// Won; rebuilding state from the journal.
-    Recovering,
-    /// Won; replaying the journal's tail.
-    CatchingUp,
-    /// Won; about to serve.
-    LeaderWarmup,
-    /// Serving requests.
-    Serving,
-}
-
-impl RuntimeState {
-    /// Mooncake's name (`/ha_status`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RuntimeState::Starting => "starting",
-            RuntimeState::Standby => "standby",
-            RuntimeState::Candidate => "candidate",
-            RuntimeState::Recovering => "recovering",
-            RuntimeState::CatchingUp => "catching_up",
-            RuntimeState::LeaderWarmup => "leader_warmup",
-            RuntimeState::Serving => "serving",
-        }
-    }
-
-    /// `leader` or `standby` (`/role`).
-    pub fn role(self) -> &'static str {
-        match self {
-            RuntimeState::LeaderWarmup | RuntimeState::Serving => "leader",
-            _ => "standby",
-        }
-    }
-}
-
-/// What the HA loop last reported.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HaView {
-    /// Runtime state.
-    pub state: RuntimeState,
-    /// The leader's RPC address, when known.
-    pub leader: Option<String>,
-    /// The leader's view version (the etcd revision of its win), when known.
-    pub view_version: Option<u64>,
-}
-
-/// The master's HA state for the admin routes; the HA loop updates it.
-#[derive(Debug)]
-pub struct HaStatus {
-    enabled: bool,
-    view: Mutex<HaView>,
-}
-
-impl HaStatus {
-    /// A master without HA: serving, no leader view (as Mooncake's non-HA master).
-    pub fn standalone() -> HaStatus {
-        HaStatus {
-            enabled: false,
-            view: Mutex::new(HaView {
-                state: RuntimeState::Serving,
-                leader: None,
-                view_version: None,
-            }),
-        }
-    }
-
-    /// A master with HA, before it campaigns.
-    pub fn ha() -> HaStatus {
-        HaStatus {
-            enabled: true,
-            view: Mutex::new(HaView {
-                state: RuntimeState::Starting,
-                leader: None,
-                view_version: None,
-            }),
-        }
-    }
-
-    /// Records a change.
-    pub fn set(&self, state: RuntimeState, leader: Option<String>, view_version: Option<u64>) {
-        *self.view.lock().unwrap_or_else(|e| e.into_inner()) = HaView {
-            state,
-            leader,
-            view_version,
-        };
-    }
-
-    /// The current view.
-    pub fn view(&self) -> HaView {
-        self.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Whether HA is on.
-    pub fn enabled(&self) -> bool {
-        self.enabled
-    }
-}
 
 /// Caps on listings.
 #[derive(Debug, Clone, Copy)]
@@ -202,159 +102,6 @@ impl Drop for ListSlot<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// Mooncake's `AllocatedBuffer::Descriptor` in JSON.
-#[derive(Serialize)]
-struct Descriptor {
-    #[serde(rename = "size_")]
-    size: u64,
-    #[serde(rename = "buffer_address_")]
-    buffer_address: u64,
-    /// The master is not told the owner's transport: empty.
-    #[serde(rename = "protocol_")]
-    protocol: &'static str,
-    #[serde(rename = "transport_endpoint_")]
-    transport_endpoint: String,
-}
-
-impl From<&ReplicaDesc> for Descriptor {
-    fn from(r: &ReplicaDesc) -> Self {
-        Descriptor {
-            size: r.len,
-            buffer_address: r.addr,
-            protocol: "",
-            transport_endpoint: r.endpoint.clone(),
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct ErrorReply<'a> {
-    success: bool,
-    error_code: i32,
-    error_message: &'a str,
-}
-
-#[derive(Serialize)]
-struct SimpleErrorReply<'a> {
-    success: bool,
-    error: &'a str,
-}
-
-#[derive(Serialize)]
-struct QueryKeyReply {
-    success: bool,
-    data: Vec<Descriptor>,
-    // tidewire additions (a client reading `data` ignores them):
-    size: u64,
-    lease_remaining_ms: u64,
-    hard_pinned: bool,
-    soft_pinned: bool,
-}
-
-#[derive(Serialize)]
-struct BatchItem {
-    ok: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    values: Option<Vec<Descriptor>>,
-}
-
-#[derive(Serialize)]
-struct BatchReply {
-    success: bool,
-    data: BTreeMap<String, BatchItem>,
-}
-
-#[derive(Serialize)]
-struct HealthReply<'a> {
-    status: &'a str,
-    role: &'a str,
-    ha_state: &'a str,
-    service_ready: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    leader_address: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    view_version: Option<u64>,
-}
-
-#[derive(Serialize)]
-struct LeaderReply {
-    present: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    leader_address: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    view_version: Option<u64>,
-}
-
-#[derive(Serialize)]
-struct SegmentItem {
-    segment_name: String,
-    segment_id: String,
-    client_id: String,
-    base_address: String,
-    size_bytes: u64,
-    size_human: String,
-    te_endpoint: String,
-    protocol: &'static str,
-    status: &'static str,
-    allocator_used_bytes: u64,
-    allocator_capacity_bytes: u64,
-    allocator_usage_percent: f64,
-}
-
-/// Mooncake's name of an error code.
-fn code_name(c: i32) -> &'static str {
-    match c {
-        code::OBJECT_NOT_FOUND => "OBJECT_NOT_FOUND",
-        code::REPLICA_IS_NOT_READY => "REPLICA_IS_NOT_READY",
-        code::INVALID_PARAMS => "INVALID_PARAMS",
-        code::SEGMENT_NOT_FOUND => "SEGMENT_NOT_FOUND",
-        UNAVAILABLE_IN_CURRENT_MODE => "UNAVAILABLE_IN_CURRENT_MODE",
-        _ => "INTERNAL_ERROR",
-    }
-}
-
-fn json(status: u16, v: &impl Serialize) -> HttpResponse {
-    match serde_json::to_vec(v) {
-        Ok(b) => HttpResponse::new(status, JSON, b),
-        Err(e) => HttpResponse::new(500, "text/plain", format!("encoding the reply: {e}")),
-    }
-}
-
-fn error(status: u16, c: i32, message: &str) -> HttpResponse {
-    json(
-        status,
-        &ErrorReply {
-            success: false,
-            error_code: c,
-            error_message: message,
-        },
-    )
-}
-
-/// The list headers: entries in all, listed, truncated.
-fn list_headers(r: HttpResponse, total: usize, listed: usize) -> HttpResponse {
-    r.header("X-Tidewire-Total", total.to_string())
-        .header("X-Tidewire-Listed", listed.to_string())
-        .header("X-Tidewire-Truncated", (listed < total).to_string())
-}
-
-/// `bytes / 2^30` as C++'s default stream formatting writes a double (6 significant digits).
-fn gib(bytes: u64) -> String {
-    let v = bytes as f64 / (1u64 << 30) as f64;
-    if v == 0.0 {
-        return "0 GiB".into();
-    }
-    let int_digits = v.abs().log10().floor() as i32 + 1;
-    let decimals = (6 - int_digits).clamp(0, 17) as usize;
-    let mut s = format!("{v:.decimals$}");
-    if s.contains('.') {
-        s = s.trim_end_matches('0').trim_end_matches('.').to_string();
-    }
-    format!("{s} GiB")
 }
 
 impl Admin {

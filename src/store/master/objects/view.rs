@@ -1,0 +1,78 @@
+//! Read-only views for the admin HTTP routes: key listings and one key's state, with no side
+//! effects (no lease, no access time).
+
+use super::super::segments::Replica;
+use super::Objects;
+use crate::store::proto::code;
+use std::time::Instant;
+
+/// Keys of complete objects for an admin listing (see [`Objects::list_keys`]).
+#[derive(Debug, Clone, Default)]
+pub struct KeyList {
+    /// The keys listed, in no particular order.
+    pub keys: Vec<String>,
+    /// Complete objects in all (more than `keys.len()` when the listing was cut short).
+    pub total: usize,
+}
+
+/// One key as an admin query sees it (see [`Objects::peek`]).
+#[derive(Debug, Clone)]
+pub struct KeyInfo {
+    /// Value size in bytes.
+    pub size: u64,
+    /// The complete replicas.
+    pub replicas: Vec<crate::store::proto::ReplicaDesc>,
+    /// Time left on the read lease (`None`: no lease active).
+    pub lease_left: Option<std::time::Duration>,
+    /// Hard-pinned.
+    pub hard_pin: bool,
+    /// Soft-pinned now.
+    pub soft_pin: bool,
+}
+
+impl Objects {
+    /// Read-only admin listing: keys of complete objects, at most `max_items` of them and at most
+    /// `max_bytes` of key bytes (each key counted with one separator byte); `total` counts every
+    /// complete object. Each shard is locked once, for one pass over it; nothing changes (no
+    /// lease, no access time).
+    pub fn list_keys(&self, max_items: usize, max_bytes: usize) -> KeyList {
+        let mut out = KeyList::default();
+        let mut bytes = 0usize;
+        let mut full = false;
+        for sh in self.all() {
+            for (k, o) in &sh.map {
+                if o.complete.is_none() {
+                    continue;
+                }
+                out.total += 1;
+                if full {
+                    continue;
+                }
+                if out.keys.len() >= max_items || bytes + k.len() + 1 > max_bytes {
+                    full = true;
+                    continue;
+                }
+                bytes += k.len() + 1;
+                out.keys.push(k.clone());
+            }
+        }
+        out
+    }
+
+    /// Read-only admin query of one key: its complete value's size and replicas, lease and pins.
+    /// Grants no lease and adds no read hold (unlike Get). `OBJECT_NOT_FOUND`, or
+    /// `REPLICA_IS_NOT_READY` while only a write is in flight.
+    pub fn peek(&self, key: &str) -> Result<KeyInfo, i32> {
+        let now = Instant::now();
+        let sh = self.shard(key);
+        let o = sh.map.get(key).ok_or(code::OBJECT_NOT_FOUND)?;
+        let c = o.complete.as_ref().ok_or(code::REPLICA_IS_NOT_READY)?;
+        Ok(KeyInfo {
+            size: c.size,
+            replicas: c.replicas.iter().map(Replica::desc).collect(),
+            lease_left: o.lease_until.filter(|t| *t > now).map(|t| t - now),
+            hard_pin: o.hard_pin,
+            soft_pin: o.soft_pin_until.is_some_and(|t| t > now),
+        })
+    }
+}
