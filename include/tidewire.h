@@ -136,6 +136,16 @@
 #define TW_STORE_RPC_TIMEOUT -901
 
 /*
+ Most replicas one object has (`tw_store_get_replicas` writes up to this many per key).
+ */
+#define TW_STORE_MAX_REPLICAS 8
+
+/*
+ Longest segment name (a replica's endpoint), in bytes.
+ */
+#define TW_STORE_MAX_ENDPOINT_LEN 512
+
+/*
  Engine configuration under construction (opaque). Functions: `tw_config_new`,
  `tw_config_set`, `tw_config_free`; `tw_engine_new` reads it (the caller still frees it).
  */
@@ -324,6 +334,26 @@ typedef struct tw_store_value {
    */
   void *owner;
 } tw_store_value;
+
+/*
+ Where one complete replica of an object lies (Mooncake's `ReplicaDescriptor` of a memory
+ replica): the owning segment's endpoint (`host:port`, NUL-terminated), the address of the
+ bytes in the owner's memory and their length.
+ */
+typedef struct tw_store_replica {
+  /*
+   Segment name, NUL-terminated.
+   */
+  char endpoint[513];
+  /*
+   Address in the owner's memory.
+   */
+  uint64_t addr;
+  /*
+   Bytes (the object's size).
+   */
+  uint64_t size;
+} tw_store_replica;
 
 /*
  Chooses where key `index`'s value (of `size` bytes) is read to: an address writable for
@@ -1045,6 +1075,94 @@ int32_t tw_store_get_into_multi(const struct tw_store *s,
                                 const uint64_t *piece_sizes,
                                 size_t n_pieces,
                                 int64_t *results);
+
+/*
+ Starts a get session for each of `n` keys: the replicas are looked up once and this
+ client's read holds kept, so `tw_store_get_session_ranges` reads without a master round trip
+ and the bytes cannot be freed or replaced until `tw_store_get_session_end`. Per key in
+ `results`: 0, or a negative code (`TW_STORE_OBJECT_NOT_FOUND`; `TW_STORE_INVALID_PARAMS`
+ for a bad key; `TW_STORE_NO_AVAILABLE_HANDLE` past 1,048,576 keys in open sessions). A key
+ that already has a session gets a new one. A hold outlives the master's read lease only while
+ this client's heartbeats keep arriving, and never past the master's `--max_read_hold_sec`.
+
+ Returns `TW_STORE_OK` when the batch ran, or a negative code without writing `results` when
+ the arguments are unusable (a NULL handle or array with a nonzero count). Thread-safe.
+
+ # Safety
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes; `results` is writable for `n` elements.
+ */
+int32_t tw_store_get_session_start(const struct tw_store *s,
+                                   const char *const *keys_in,
+                                   const size_t *key_lens,
+                                   size_t n,
+                                   int32_t *results);
+
+/*
+ Ends the get sessions of `n` keys (keys without one are ignored); each hold ends as soon as
+ no ranged read runs under it. Returns `TW_STORE_OK`, or a negative code for unusable
+ arguments. Thread-safe.
+
+ # Safety
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes.
+ */
+int32_t tw_store_get_session_end(const struct tw_store *s,
+                                 const char *const *keys_in,
+                                 const size_t *key_lens,
+                                 size_t n);
+
+/*
+ Ranged reads of `n` keys under their open sessions: key `i` owns the next
+ `frag_counts[i]` fragments of the flat arrays (`n_frags` in all), and fragment `j` copies
+ `[src_offsets[j], src_offsets[j] + sizes[j])` of the object to `dst_ptrs[j]`. Every
+ fragment goes in one transfer batch. Per key in `results`: the bytes read (the sum of its
+ sizes), or a negative code: `TW_STORE_INVALID_PARAMS` for a key with no open session, a
+ fragment past the object's end or a NULL or unmapped destination;
+ `TW_STORE_LEASE_EXPIRED` when the session's hold no longer protects the read;
+ `TW_STORE_TRANSFER_FAIL`. Zero-size fragments read nothing.
+
+ Returns `TW_STORE_OK` when the batch ran, or `TW_STORE_INVALID_PARAMS` without writing
+ `results` for unusable arguments (NULL arrays with nonzero counts, `frag_counts` not adding
+ up to `n_frags`). Thread-safe; no pointer is kept after the call.
+
+ # Safety
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes; `frag_counts` and `results` hold `n` elements, `dst_ptrs`, `sizes` and
+ `src_offsets` `n_frags`; each destination is writable for its size, no two overlap, and none
+ is accessed by others during the call.
+ */
+int32_t tw_store_get_session_ranges(const struct tw_store *s,
+                                    const char *const *keys_in,
+                                    const size_t *key_lens,
+                                    const size_t *frag_counts,
+                                    size_t n,
+                                    void *const *dst_ptrs,
+                                    const uint64_t *sizes,
+                                    const uint64_t *src_offsets,
+                                    size_t n_frags,
+                                    int64_t *results);
+
+/*
+ Where the complete replicas of `n` keys lie (Mooncake's `batch_get_replica_desc`). Key `i`'s
+ replicas go to `replicas[i * TW_STORE_MAX_REPLICAS ..]`, and `counts[i]` is how many were
+ written, or a negative code (`TW_STORE_OBJECT_NOT_FOUND`, `TW_STORE_INVALID_PARAMS` for a
+ bad key). Nothing stays held: the bytes may move or be freed after the call.
+
+ Returns `TW_STORE_OK` when the batch ran, or a negative code without writing the arrays for
+ unusable arguments. Thread-safe.
+
+ # Safety
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes; `replicas` is writable for `n * TW_STORE_MAX_REPLICAS` elements and `counts` for
+ `n`.
+ */
+int32_t tw_store_get_replicas(const struct tw_store *s,
+                              const char *const *keys_in,
+                              const size_t *key_lens,
+                              size_t n,
+                              struct tw_store_replica *replicas,
+                              int64_t *counts);
 
 /*
  Copying get without staging: once a key's size is known, `alloc(ctx, i, size)` is called

@@ -5,6 +5,7 @@ from ctypes import (
     POINTER,
     Structure,
     c_bool,
+    c_char,
     c_char_p,
     c_int32,
     c_int64,
@@ -31,6 +32,15 @@ class StoreValue(Structure):
 
     _fields_ = [("data", c_void_p), ("len", c_uint64), ("owner", c_void_p)]
 
+
+class ReplicaC(Structure):
+    """``tw_store_replica``: where one complete replica lies."""
+
+    _fields_ = [("endpoint", c_char * 513), ("addr", c_uint64), ("size", c_uint64)]
+
+
+#: ``TW_STORE_MAX_REPLICAS``: replica slots per key in ``tw_store_get_replicas``.
+MAX_REPLICAS = 8
 
 #: ``tw_store_alloc_fn``: (ctx, index, size) -> address writable for size bytes, or NULL.
 AllocFn = CFUNCTYPE(c_void_p, c_void_p, c_size_t, c_uint64)
@@ -81,6 +91,16 @@ STORE_SIGNATURES = {
         [c_void_p, _keys, _lens, _p(c_size_t), c_size_t, _p(c_void_p), _p(c_uint64), c_size_t,
          _p(c_int64)],
         c_int32,
+    ),
+    "tw_store_get_session_start": ([c_void_p, _keys, _lens, c_size_t, _p(c_int32)], c_int32),
+    "tw_store_get_session_end": ([c_void_p, _keys, _lens, c_size_t], c_int32),
+    "tw_store_get_session_ranges": (
+        [c_void_p, _keys, _lens, _p(c_size_t), c_size_t, _p(c_void_p), _p(c_uint64),
+         _p(c_uint64), c_size_t, _p(c_int64)],
+        c_int32,
+    ),
+    "tw_store_get_replicas": (
+        [c_void_p, _keys, _lens, c_size_t, _p(ReplicaC), _p(c_int64)], c_int32
     ),
     "tw_store_get_size": ([c_void_p, c_char_p, c_size_t], c_int64),
     "tw_store_exist": ([c_void_p, _keys, _lens, c_size_t, _p(c_int32)], c_int32),

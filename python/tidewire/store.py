@@ -47,11 +47,18 @@ from array import array
 from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_size_t, c_uint64, c_void_p
 
 from . import _ffi
-from ._store_ffi import AllocFn, ReplicateConfigC, StoreValue
+from . import _store_setup as _setup_args
+from ._store_ffi import MAX_REPLICAS, AllocFn, ReplicaC, ReplicateConfigC, StoreValue
+from ._store_tensor import TensorCalls
+from ._store_types import (
+    BufferHandle, Descriptor, DiskDescriptor, MemoryDescriptor, MooncakeHostMemAllocator,
+    ReplicaDescriptor, ReplicaStatus, bind_to_numa_node, handle_of,
+)
 
 __all__ = [
     "MooncakeDistributedStore", "ReplicateConfig", "BufferHandle", "SoftPinAction",
-    "ObjectDataType",
+    "ObjectDataType", "ReplicaDescriptor", "MemoryDescriptor", "Descriptor", "DiskDescriptor",
+    "ReplicaStatus", "MooncakeHostMemAllocator", "bind_to_numa_node",
 ]
 
 INTERNAL_ERROR = -1
@@ -140,6 +147,12 @@ class ReplicateConfig:
         soft = self._soft_pin()
         if soft is None:
             return None
+        try:
+            replicas = operator.index(self.replica_num)
+        except TypeError:
+            return None
+        if replicas < 1:
+            return None  # Mooncake refuses replica_num=0 (and negatives) with -600
         names = list(self.preferred_segments or [])
         if self.preferred_segment:
             names.insert(0, self.preferred_segment)
@@ -149,7 +162,7 @@ class ReplicateConfig:
             if local:
                 names.insert(0, local)
         return ReplicateConfigC(
-            max(0, int(self.replica_num)),
+            min(replicas, 1 << 31),
             bool(self.with_hard_pin),
             soft,
             ",".join(names).encode() if names else None,
@@ -165,43 +178,6 @@ class ReplicateConfig:
             f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node}, "
             f"group_ids={self.group_ids!r})"
         )
-
-
-class BufferHandle:
-    """A value read by ``get_buffer``, held in library memory until released (or collected)."""
-
-    def __init__(self, value):
-        self._v = value
-
-    def ptr(self):
-        """Address of the bytes."""
-        return self._v.data or 0
-
-    def size(self):
-        """Length in bytes."""
-        return self._v.len
-
-    def __len__(self):
-        return self._v.len
-
-    def view(self):
-        """A writable memoryview over the bytes (valid while this handle lives)."""
-        return memoryview((ctypes.c_char * self._v.len).from_address(self._v.data)).cast("B")
-
-    def tobytes(self):
-        """A copy of the bytes."""
-        return ctypes.string_at(self._v.data, self._v.len) if self._v.len else b""
-
-    def release(self):
-        """Returns the memory to the library (idempotent)."""
-        if self._v is not None and self._v.owner:
-            _ffi.lib().tw_store_value_release(byref(self._v))
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:  # interpreter shutdown
-            pass
 
 
 _new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
@@ -334,7 +310,7 @@ def _c_buffers(ptrs, sizes):
     return (c_void_p * n)(*_ints(ptrs, 1 << 64)), (c_uint64 * n)(*_ints(sizes, 1 << 63))
 
 
-class MooncakeDistributedStore:
+class MooncakeDistributedStore(TensorCalls):
     """A store client: contributes a segment to the pool and reads/writes objects."""
 
     def __init__(self):
@@ -344,52 +320,53 @@ class MooncakeDistributedStore:
         self._hostname = ""
 
     # ---------------------------------------------------------------- lifecycle
-    def setup(
-        self,
-        local_hostname=None,
-        metadata_server=None,
-        global_segment_size=16 * _MiB,
-        local_buffer_size=16 * _MiB,
-        protocol="tcp",
-        rdma_devices="",
-        master_server_address="127.0.0.1:50051",
-        engine=None,
-        device_name=None,
-    ):
-        """Starts the client. Either the positional form (Mooncake's order) or one dict with the
-        same names as keys. Returns 0, or a negative code."""
-        if isinstance(local_hostname, dict):
-            cfg = dict(local_hostname)
-            return self.setup(
-                cfg.get("local_hostname", ""),
-                cfg.get("metadata_server", "P2PHANDSHAKE"),
-                int(cfg.get("global_segment_size", 16 * _MiB)),
-                int(cfg.get("local_buffer_size", 16 * _MiB)),
-                cfg.get("protocol", "tcp"),
-                cfg.get("rdma_devices", cfg.get("device_name", "")),
-                cfg.get("master_server_address", "127.0.0.1:50051"),
-            )
-        if engine is not None:
-            return INVALID_PARAMS  # sharing a TransferEngine object is not supported
-        if device_name is not None:
-            rdma_devices = device_name
+    def setup(self, *args, **kwargs):
+        """Starts the client. Mooncake's two forms:
+
+        - ``setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
+          protocol, rdma_devices, master_server_addr, engine=None, enable_ssd_offload=False,
+          ssd_offload_path='', tenant_id='default', enable_client_http_server=False,
+          client_http_port=9300)``: the seven leading arguments are required; an unknown
+          keyword raises ``TypeError`` (SGLang retries without it, as with Mooncake);
+        - ``setup(config)``: one dict with those names as keys (missing ones take Mooncake's
+          defaults: 16 MiB sizes, ``tcp``, master ``127.0.0.1:50051``). Values may be strings,
+          as LMCache passes them (``"1gb"`` sizes, ``"true"`` flags). LMCache's documented
+          spellings ``master_server_address`` and ``device_name`` are honoured (Mooncake
+          ignores them and dials its default master). Unknown keys are ignored, as Mooncake
+          ignores them.
+
+        ``engine`` must be None: the store runs its own engine (a shared one is refused with
+        -600). There is no SSD tier or client HTTP server here: ``enable_ssd_offload``,
+        ``ssd_offload_path``, ``enable_client_http_server`` and ``client_http_port`` are
+        accepted and change nothing (values live in memory), and every ``tenant_id`` shares
+        one key space. Returns 0, or a negative code (``last_error`` says why); a second
+        ``setup`` on a started client returns 0 and changes nothing."""
+        cfg = _setup_args.from_call(args, kwargs)
+        if cfg.get("engine") is not None:
+            self.last_error = "sharing a TransferEngine with the store is not supported"
+            return INVALID_PARAMS
         if self._h is not None:
             return 0
-        if not _sizes_ok([global_segment_size, local_buffer_size]):
+        try:
+            segment = _setup_args.parse_size(cfg["global_segment_size"], "global_segment_size")
+            local = _setup_args.parse_size(cfg["local_buffer_size"], "local_buffer_size")
+        except ValueError as e:
+            self.last_error = str(e)
             return INVALID_PARAMS
         h = c_void_p()
 
-        def enc(s):
-            return (s or "").encode()
+        def enc(k, default=""):
+            v = cfg.get(k)
+            return str(v if v not in (None, "") else default).encode()
 
         rc = _ffi.lib().tw_store_setup(
-            enc(local_hostname),
-            enc(metadata_server or "P2PHANDSHAKE"),
-            int(global_segment_size),
-            int(local_buffer_size),
-            enc(protocol or "tcp"),
-            enc(rdma_devices),
-            enc(master_server_address),
+            enc("local_hostname"),
+            enc("metadata_server", "P2PHANDSHAKE"),
+            segment,
+            local,
+            enc("protocol", "tcp"),
+            enc("rdma_devices"),
+            enc("master_server_addr", "127.0.0.1:50051"),
             byref(h),
         )
         if rc != 0:
@@ -586,7 +563,10 @@ class MooncakeDistributedStore:
         memory) and for a config Mooncake refuses; -200 when no segment has room. Zero-size
         pieces are skipped. ``config.prefer_alloc_in_same_node`` places the value in this
         client's own segment when it has room (``replica_num`` must be 1)."""
-        enc = _key_list(keys)
+        return self._put_pieces(_key_list(keys), all_buffer_ptrs, all_sizes, config, False)
+
+    def _put_pieces(self, enc, all_buffer_ptrs, all_sizes, config, upsert):
+        """``batch_put_from_multi_buffers`` of encoded keys, create-only or ``upsert``."""
         settled, args = self._pieces(enc, all_buffer_ptrs, all_sizes)
         if settled is not None:
             return settled
@@ -601,8 +581,8 @@ class MooncakeDistributedStore:
         res, cres = _codes(m)
         rc = _ffi.lib().tw_store_put_multi(
             self._h, karr, klens, self._pointer(counts, c_size_t), m,
-            self._pointer(ptrs, c_void_p), self._pointer(sizes, c_uint64), len(ptrs), 0,
-            byref(cfg), cres,
+            self._pointer(ptrs, c_void_p), self._pointer(sizes, c_uint64), len(ptrs),
+            1 if upsert else 0, byref(cfg), cres,
         )
         for j, i in enumerate(good):
             results[i] = rc if rc != 0 else res[j]
@@ -677,18 +657,28 @@ class MooncakeDistributedStore:
         return self._get_batch(_key_list(keys))
 
     def _get_batch(self, enc):
+        got = self._get_made(enc, lambda size: (lambda b: (b, _bytes_address(b)))(
+            _new_bytes(None, size)) if size < _BYTES_MAX else None)
+        return [b"" if g is None else g for g in got]
+
+    def _get_made(self, enc, make):
+        """Reads each key into memory ``make(size)`` creates once the value's size is known
+        (``(object, address)``, or None to fail the key): per key the object, filled, or None
+        (missing, failed, or ``make`` refused or raised)."""
         n = len(enc)
         if self._h is None or n == 0:
-            return [b""] * n
+            return [None] * n
         made = [None] * n
 
         def alloc(_ctx, i, size):
             try:
-                if i >= n or size >= _BYTES_MAX:
+                if i >= n:
                     return None
-                b = _new_bytes(None, size)
-                made[i] = b
-                return _bytes_address(b)
+                m = make(size)
+                if m is None:
+                    return None
+                made[i] = m
+                return m[1]
             except BaseException:  # noqa: BLE001 - MemoryError etc.: this key fails, not the call
                 return None
 
@@ -697,11 +687,8 @@ class MooncakeDistributedStore:
         res = (c_int64 * n)()
         rc = _ffi.lib().tw_store_get_sized(self._h, karr, klens, n, cb, None, res)
         if rc != 0:
-            return [b""] * n
-        return [
-            made[i] if res[i] >= 0 and made[i] is not None and len(made[i]) == res[i] else b""
-            for i in range(n)
-        ]
+            return [None] * n
+        return [made[i][0] if res[i] >= 0 and made[i] is not None else None for i in range(n)]
 
     def get(self, key):
         """Value of one key; ``b''`` when missing."""
@@ -710,18 +697,21 @@ class MooncakeDistributedStore:
     def get_buffer(self, key):
         """A :class:`BufferHandle` over the value, or ``None`` when missing."""
         vals, _ = self._get_values([_key_bytes(key)])
-        return BufferHandle(vals[0]) if vals[0] is not None else None
+        return handle_of(vals[0]) if vals[0] is not None else None
 
     def batch_get_buffer(self, keys):
         """:class:`BufferHandle` per key (``None`` for misses)."""
         vals, _ = self._get_values(_key_list(keys))
-        return [BufferHandle(v) if v is not None else None for v in vals]
+        return [handle_of(v) if v is not None else None for v in vals]
 
     def get_size(self, key):
-        """Size of the value, or a negative code (-704 missing)."""
+        """Size of the value, or a negative code (-704 missing, and for the empty key as in
+        Mooncake)."""
         k = _key_bytes(key)
         if self._h is None:
             return INTERNAL_ERROR
+        if not k:
+            return OBJECT_NOT_FOUND
         return _ffi.lib().tw_store_get_size(self._h, k, len(k))
 
     def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
@@ -769,6 +759,116 @@ class MooncakeDistributedStore:
             out.append(per_buf)
         return out
 
+    # ---------------------------------------------------------------- get sessions
+    def batch_get_session_start(self, keys):
+        """Starts a get session per key: the replicas are looked up once and held, so the
+        ranged reads that follow (``batch_get_into_multi_buffer_ranges``) need no master round
+        trip and their bytes cannot be freed or replaced until ``batch_get_session_end``. Per
+        key: 0, -704 missing, -600 bad key. The hold outlives the master's lease only while this
+        client's heartbeats keep arriving, and never past its ``--max_read_hold_sec``."""
+        enc = _key_list(keys)
+        n = len(enc)
+        if self._h is None:
+            return [INTERNAL_ERROR] * n
+        if n == 0:
+            return []
+        karr, klens, _keep = _c_keys(enc)
+        res, cres = _codes(n)
+        rc = _ffi.lib().tw_store_get_session_start(self._h, karr, klens, n, cres)
+        return [rc] * n if rc != 0 else res.tolist()
+
+    def batch_get_session_end(self, keys):
+        """Ends the get sessions of ``keys`` (keys without one are ignored). Returns 0."""
+        enc = _key_list(keys)
+        if self._h is None:
+            return INTERNAL_ERROR
+        if not enc:
+            return 0
+        karr, klens, _keep = _c_keys(enc)
+        return _ffi.lib().tw_store_get_session_end(self._h, karr, klens, len(enc))
+
+    def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes,
+                                           all_src_offsets):
+        """Ranged reads under open get sessions: for key ``i``, fragment ``j`` copies
+        ``all_sizes[i][j]`` bytes from offset ``all_src_offsets[i][j]`` of the object to
+        ``all_buffer_ptrs[i][j]``. All fragments of all keys go in one transfer batch. Per key:
+        the bytes read (the sum of its sizes), or a negative code: -600 for a key with no open
+        session, a fragment past the object's end, lists of different lengths, a NULL or
+        unmapped destination; -707 when the session's hold no longer protects the read."""
+        enc = _key_list(keys)
+        n = len(enc)
+        if self._h is None:
+            return [INTERNAL_ERROR] * n
+        try:
+            ptr_lists, size_lists, off_lists = (
+                list(all_buffer_ptrs), list(all_sizes), list(all_src_offsets))
+        except TypeError:
+            return [INVALID_PARAMS] * n
+        if not (n == len(ptr_lists) == len(size_lists) == len(off_lists)):
+            return [INVALID_PARAMS] * n
+        results = [INVALID_PARAMS] * n
+        good, counts = [], array(_SIZE_CODE)
+        ptrs, sizes, offs = array("Q"), array("Q"), array("Q")
+        for i in range(n):
+            try:
+                ps, ss, os_ = list(ptr_lists[i]), list(size_lists[i]), list(off_lists[i])
+            except TypeError:
+                continue
+            if not len(ps) == len(ss) == len(os_):
+                continue
+            ps, ss, os_ = _ints(ps, 1 << 64), _ints(ss, 1 << 63), _ints(os_, 1 << 63)
+            if ps is None or ss is None or os_ is None:
+                continue
+            good.append(i)
+            counts.append(len(ps))
+            ptrs.extend(ps)
+            sizes.extend(ss)
+            offs.extend(os_)
+        if not good:
+            return results
+        m = len(good)
+        karr, klens, _keep = _c_keys([enc[i] for i in good])
+        res = (c_int64 * m)()
+        rc = _ffi.lib().tw_store_get_session_ranges(
+            self._h, karr, klens, self._pointer(counts, c_size_t), m,
+            self._pointer(ptrs, c_void_p), self._pointer(sizes, c_uint64),
+            self._pointer(offs, c_uint64), len(ptrs), res,
+        )
+        for j, i in enumerate(good):
+            results[i] = rc if rc != 0 else res[j]
+        return results
+
+    # ---------------------------------------------------------------- replica descriptors
+    def batch_get_replica_desc(self, keys):
+        """``{key: [ReplicaDescriptor, ...]}`` for the keys that exist (complete memory
+        replicas; missing keys are left out, as in Mooncake). Nothing stays held: the bytes
+        may move or be freed after the call."""
+        key_list = list(keys) if not isinstance(keys, (str, bytes, bytearray)) else keys
+        enc = _key_list(key_list)
+        n = len(enc)
+        if self._h is None or n == 0:
+            return {}
+        karr, klens, _keep = _c_keys(enc)
+        slots = (ReplicaC * (n * MAX_REPLICAS))()
+        counts = (c_int64 * n)()
+        if _ffi.lib().tw_store_get_replicas(self._h, karr, klens, n, slots, counts) != 0:
+            return {}
+        out = {}
+        for i, key in enumerate(key_list):
+            reps = []
+            for j in range(max(0, counts[i])):
+                r = slots[i * MAX_REPLICAS + j]
+                reps.append(ReplicaDescriptor(MemoryDescriptor(Descriptor(
+                    r.endpoint.decode("utf-8", "replace"), r.addr, r.size))))
+            if reps:
+                out[key] = reps
+        return out
+
+    def get_replica_desc(self, key):
+        """The key's replicas as ``[ReplicaDescriptor]`` (empty when it does not exist)."""
+        _key_bytes(key)
+        return next(iter(self.batch_get_replica_desc([key]).values()), [])
+
     # ---------------------------------------------------------------- existence, removal
     def batch_is_exist(self, keys):
         """1 present, 0 absent, -1 error, per key."""
@@ -785,7 +885,8 @@ class MooncakeDistributedStore:
         rc = _ffi.lib().tw_store_exist(self._h, karr, klens, n, res)
         if rc != 0:
             return [-1] * n
-        return [r if r in (0, 1) else -1 for r in res]
+        # The empty key is absent (Mooncake), not a bad key.
+        return [r if r in (0, 1) else 0 if not k else -1 for r, k in zip(res, enc)]
 
     def is_exist(self, key):
         """1 present, 0 absent, -1 error."""
@@ -804,7 +905,10 @@ class MooncakeDistributedStore:
         karr, klens, _keep = _c_keys(enc)
         res, cres = _codes(n)
         rc = _ffi.lib().tw_store_remove(self._h, karr, klens, n, bool(force), cres)
-        return [rc] * n if rc != 0 else res.tolist()
+        if rc != 0:
+            return [rc] * n
+        # The empty key is not found (Mooncake), not a bad key.
+        return [OBJECT_NOT_FOUND if not k else r for r, k in zip(res.tolist(), enc)]
 
     def remove(self, key, force=False):
         """Removes one key: 0, -704 missing, -706 leased (unless ``force``)."""
@@ -854,7 +958,12 @@ for _name in [
     "batch_upsert_from", "batch_put_from_multi_buffers", "batch_get_into_multi_buffers",
     "batch_get_into", "get_into", "get_batch", "get", "get_buffer",
     "batch_get_buffer", "get_size", "get_into_ranges", "batch_is_exist", "is_exist",
-    "batch_remove", "remove", "remove_by_regex", "remove_all",
+    "batch_remove", "remove", "remove_by_regex", "remove_all", "batch_get_session_start",
+    "batch_get_session_end", "batch_get_into_multi_buffer_ranges", "batch_get_replica_desc",
+    "put_tensor", "upsert_tensor", "pub_tensor", "upsert_pub_tensor", "batch_put_tensor",
+    "batch_upsert_tensor", "batch_pub_tensor", "batch_upsert_pub_tensor", "put_tensor_from",
+    "upsert_tensor_from", "batch_put_tensor_from", "batch_upsert_tensor_from", "get_tensor",
+    "batch_get_tensor", "get_tensor_into", "batch_get_tensor_into",
 ]:
     setattr(MooncakeDistributedStore, _name, _counted(getattr(MooncakeDistributedStore, _name)))
 del _name

@@ -14,6 +14,8 @@
 mod args;
 #[path = "store_multi.rs"]
 mod multi;
+#[path = "store_sessions.rs"]
+mod sessions;
 #[path = "store_sized.rs"]
 mod sized;
 

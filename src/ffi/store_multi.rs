@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_void};
 
 /// Checks that the per-key piece counts add up to the length of the flat arrays (before they
 /// are read).
-fn counted(counts: &[usize], n_pieces: usize) -> Result<(), i32> {
+pub(super) fn counted(counts: &[usize], n_pieces: usize) -> Result<(), i32> {
     match counts.iter().try_fold(0usize, |t, &c| t.checked_add(c)) {
         Some(sum) if sum == n_pieces => Ok(()),
         Some(sum) => Err(bad(format!(

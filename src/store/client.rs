@@ -57,6 +57,8 @@ pub(crate) struct Shared {
     pub(crate) transfer_timeout: Duration,
     /// Successful heartbeats (they keep this client's read holds alive past their lease).
     pub(crate) beats: super::holds::Heartbeats,
+    /// Open get sessions (see [`super::sessions`]).
+    pub(crate) sessions: super::sessions::Sessions,
 }
 
 impl Shared {
@@ -216,6 +218,7 @@ impl StoreClient {
             master_ok: AtomicBool::new(true),
             transfer_timeout: Duration::from_secs(120),
             beats: super::holds::Heartbeats::new(),
+            sessions: Default::default(),
         });
         shared.ping()?;
         shared.mount()?;

@@ -22,6 +22,7 @@ use std::time::Instant;
 pub(crate) type SrcFn<'a> = dyn FnMut(usize, bool) -> Result<Mem<'a>, i32> + 'a;
 
 /// The read holds a Get granted: when it was sent, and the lease and hold bounds it returned.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct ReadHold {
     since: Instant,
     lease_ms: u64,
@@ -307,7 +308,7 @@ impl Shared {
     }
 
     /// Whether the reads under `hold` may still be trusted now (see [`super::holds`]).
-    fn still_held(&self, hold: &ReadHold) -> bool {
+    pub(crate) fn still_held(&self, hold: &ReadHold) -> bool {
         self.beats.covered(hold.since, hold.lease_ms, hold.hold_ms)
     }
 
@@ -510,7 +511,8 @@ impl StoreClient {
 
     /// Ranged reads: for each `(key, dst_addr, src_offset, len)` fragment, reads
     /// `[src_offset, src_offset+len)` of the object into `dst_addr`. Per fragment: bytes read or
-    /// a negative code (`INVALID_PARAMS` when the range exceeds the object).
+    /// a negative code (`INVALID_PARAMS` when the range exceeds the object). A zero-length
+    /// fragment within the object reads nothing and is 0, as in Mooncake.
     ///
     /// # Safety
     /// Each `[dst_addr, dst_addr+len)` must be writable and unshared during the call.
@@ -535,8 +537,11 @@ impl StoreClient {
                 out[i] = g.code as i64;
                 continue;
             }
+            if len == 0 && src_off <= g.size {
+                out[i] = 0;
+                continue;
+            }
             if dst == 0
-                || len == 0
                 || src_off.checked_add(len).is_none_or(|e| e > g.size)
                 || !sh.usable(dst, len)
             {

@@ -1,7 +1,8 @@
 //! The Store: a Mooncake-Store-compatible distributed KV store whose bytes move through the
 //! engine. `proto` is the master RPC protocol, `master` the metadata service behind
 //! `tidewire-master`, `client` the library side (setup, mount, heartbeat), `flows` its
-//! put/get/remove paths and `multi` the values in several pieces.
+//! put/get/remove paths, `multi` the values in several pieces and `sessions` the get sessions
+//! and replica descriptors.
 
 pub mod admin;
 pub mod alloc;
@@ -16,6 +17,7 @@ pub mod mem;
 pub mod multi;
 pub mod proto;
 mod reads;
+pub mod sessions;
 
 pub use client::{StoreClient, StoreConfig};
 pub use proto::{WriteConfig, code};

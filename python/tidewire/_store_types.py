@@ -1,0 +1,202 @@
+"""Value types of ``tidewire.store`` beside the client: buffer handles, replica descriptors,
+the host-memory allocator and NUMA binding (Mooncake's names and methods)."""
+
+import ctypes
+import enum
+import functools
+import mmap
+import os
+import threading
+
+from . import _ffi
+
+__all__ = [
+    "BufferHandle", "ReplicaStatus", "Descriptor", "MemoryDescriptor", "DiskDescriptor",
+    "ReplicaDescriptor", "MooncakeHostMemAllocator", "bind_to_numa_node",
+]
+
+
+class BufferHandle:
+    """A value read by ``get_buffer``/``batch_get_buffer``, held in library memory until the
+    handle is released or collected. It is a buffer (``memoryview(h)``, ``torch.frombuffer(h,
+    dtype=torch.uint8)``, ``bytes(h)``; writable, unsigned bytes), ``len(h)`` is its size, and
+    ``ptr()``/``size()`` give its address and length as in Mooncake. A view taken from it keeps
+    it (and the memory) alive.
+
+    Each handle is an instance of a subclass of this class and of a ctypes byte array of the
+    value's length (that is what makes it a buffer on every Python version)."""
+
+    def ptr(self):
+        """Address of the bytes (0 for an empty value)."""
+        return ctypes.addressof(self) if len(self) else 0
+
+    def size(self):
+        """Length in bytes."""
+        return len(self)
+
+    def view(self):
+        """A writable ``memoryview`` of unsigned bytes (format ``B``) over the value."""
+        return memoryview(self).cast("B")
+
+    def tobytes(self):
+        """A copy of the bytes."""
+        return bytes(memoryview(self))
+
+    def release(self):
+        """Returns the memory to the library now (idempotent). Views taken earlier must not be
+        used afterwards; without this call the memory goes back when the handle is collected."""
+        v = self.__dict__.pop("_value", None)
+        if v is not None and v.owner:
+            _ffi.lib().tw_store_value_release(ctypes.byref(v))
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self):
+        return f"<BufferHandle size={len(self)}>"
+
+
+_EMPTY = (ctypes.c_ubyte * 1)()
+
+
+@functools.lru_cache(maxsize=512)
+def _handle_class(n):
+    return type("BufferHandle", (BufferHandle, ctypes.c_ubyte * n), {})
+
+
+def handle_of(value):
+    """A :class:`BufferHandle` taking ownership of a ``StoreValue`` the library filled."""
+    n = int(value.len)
+    addr = value.data if n else ctypes.addressof(_EMPTY)
+    h = _handle_class(n).from_address(addr)
+    h.__dict__["_value"] = value
+    return h
+
+
+class ReplicaStatus(enum.IntEnum):
+    """State of a replica (Mooncake's values). Descriptors list complete replicas only."""
+
+    UNDEFINED = 0
+    INITIALIZED = 1
+    PROCESSING = 2
+    COMPLETE = 3
+    REMOVED = 4
+    FAILED = 5
+
+
+class Descriptor:
+    """Where a memory replica's bytes are: ``transport_endpoint`` (the owning segment,
+    ``host:port``), ``buffer_address`` in the owner's memory and ``size``."""
+
+    def __init__(self, transport_endpoint, buffer_address, size):
+        self.transport_endpoint = transport_endpoint
+        self.buffer_address = buffer_address
+        self.size = size
+
+    def __repr__(self):
+        return (f"<Descriptor size={self.size} buffer_address={self.buffer_address} "
+                f"transport_endpoint={self.transport_endpoint}>")
+
+
+class MemoryDescriptor:
+    """A memory replica: its ``buffer_descriptor`` (:class:`Descriptor`)."""
+
+    def __init__(self, buffer_descriptor):
+        self.buffer_descriptor = buffer_descriptor
+
+
+class DiskDescriptor:
+    """A disk replica (``file_path``, ``object_size``). tidewire has no disk tier, so no
+    descriptor it returns is one; the class exists for code that names it."""
+
+    def __init__(self, file_path="", object_size=0):
+        self.file_path = file_path
+        self.object_size = object_size
+
+
+class ReplicaDescriptor:
+    """One replica of an object (Mooncake's ``ReplicaDescriptor``). tidewire keeps replicas in
+    memory only: ``is_memory_replica()`` is True, the disk forms False, ``status`` COMPLETE."""
+
+    def __init__(self, memory):
+        self._memory = memory
+        self.status = ReplicaStatus.COMPLETE
+
+    def is_memory_replica(self):
+        return True
+
+    def is_disk_replica(self):
+        return False
+
+    def is_local_disk_replica(self):
+        return False
+
+    def get_memory_descriptor(self):
+        return self._memory
+
+    def get_disk_descriptor(self):
+        raise RuntimeError("not a disk replica (tidewire keeps replicas in memory)")
+
+    def __repr__(self):
+        return f"<ReplicaDescriptor memory {self._memory.buffer_descriptor!r}>"
+
+
+class MooncakeHostMemAllocator:
+    """Page-aligned host memory for buffers handed to the store (Mooncake's allocator for
+    SGLang's host KV pool). ``alloc(size)`` returns an address (0 when the memory cannot be
+    had, or ``size`` is not positive); ``free(address)`` returns 0, or -1 for an address this
+    allocator did not give (or gave and already freed). Thread-safe."""
+
+    def __init__(self):
+        self._maps = {}
+        self._lock = threading.Lock()
+
+    def alloc(self, size):
+        try:
+            size = int(size)
+            if size <= 0:
+                return 0
+            m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except (OverflowError, OSError, ValueError, TypeError):
+            return 0
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        with self._lock:
+            self._maps[addr] = m
+        return addr
+
+    def free(self, addr):
+        with self._lock:
+            m = self._maps.pop(addr, None)
+        if m is None:
+            return -1
+        try:
+            m.close()
+        except BufferError:  # still exported: the mapping goes when the last view does
+            pass
+        return 0
+
+
+def _node_cpus(node):
+    try:
+        with open(f"/sys/devices/system/node/node{int(node)}/cpulist") as f:
+            spec = f.read().strip()
+    except (OSError, ValueError):
+        return None
+    cpus = set()
+    for part in filter(None, spec.split(",")):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def bind_to_numa_node(node):
+    """Runs the calling thread on the CPUs of NUMA node ``node`` (as Mooncake's function does
+    for its thread); memory the thread touches first is then placed on that node by the
+    kernel's first-touch policy. Raises ``ValueError`` for a node this machine does not have."""
+    cpus = _node_cpus(node)
+    if not cpus:
+        raise ValueError(f"no NUMA node {node} on this machine")
+    os.sched_setaffinity(0, cpus)
