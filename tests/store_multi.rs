@@ -4,45 +4,12 @@
 //! segment owner's own memory; bad pieces; readers during upserts of a value in pieces.
 
 mod common;
-use common::master::spawn_master;
-use std::process::Child;
+use common::master::TestMaster;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tidewire::store::multi::Piece;
-use tidewire::store::{StoreClient, StoreConfig, WriteConfig, code};
+use tidewire::store::{StoreClient, WriteConfig, code};
 
-struct Master(Child, u16);
-
-impl Master {
-    fn start() -> Master {
-        let (child, v) = spawn_master([
-            "--rpc_address=127.0.0.1",
-            "--rpc_port=0",
-            "--metrics_port=0",
-            "--default_kv_lease_ttl=300",
-        ]);
-        Master(child, v["rpc_port"].as_u64().unwrap() as u16)
-    }
-
-    fn client(&self, seg: u64) -> StoreClient {
-        StoreClient::setup(&StoreConfig {
-            local_hostname: "127.0.0.1".into(),
-            metadata_server: "P2PHANDSHAKE".into(),
-            global_segment_size: seg,
-            local_buffer_size: 16 << 20,
-            protocol: "tcp".into(),
-            device_name: String::new(),
-            master_server_address: format!("127.0.0.1:{}", self.1),
-        })
-        .expect("setup")
-    }
-}
-
-impl Drop for Master {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+type Master = TestMaster;
 
 /// xorshift64*: reproducible sizes and split points without a crate.
 struct Rng(u64);

@@ -24,3 +24,40 @@ where
     let ready = serde_json::from_str(&line).expect("ready line");
     (child, ready)
 }
+
+/// A `tidewire-master` on 127.0.0.1 (free ports, read lease 300 ms), killed on drop, and store
+/// clients of it.
+pub struct TestMaster(Child, u16);
+
+impl TestMaster {
+    pub fn start() -> TestMaster {
+        let (child, v) = spawn_master([
+            "--rpc_address=127.0.0.1",
+            "--rpc_port=0",
+            "--metrics_port=0",
+            "--default_kv_lease_ttl=300",
+        ]);
+        TestMaster(child, v["rpc_port"].as_u64().unwrap() as u16)
+    }
+
+    /// A client with a segment of `seg` bytes (0: none) and a 16 MiB local buffer.
+    pub fn client(&self, seg: u64) -> tidewire::store::StoreClient {
+        tidewire::store::StoreClient::setup(&tidewire::store::StoreConfig {
+            local_hostname: "127.0.0.1".into(),
+            metadata_server: "P2PHANDSHAKE".into(),
+            global_segment_size: seg,
+            local_buffer_size: 16 << 20,
+            protocol: "tcp".into(),
+            device_name: String::new(),
+            master_server_address: format!("127.0.0.1:{}", self.1),
+        })
+        .expect("setup")
+    }
+}
+
+impl Drop for TestMaster {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
