@@ -808,6 +808,15 @@ tw_result tw_stream_op_free(const struct tw_engine *engine, uint64_t op);
 const char *tw_result_str(tw_result code);
 
 /*
+ Mooncake's `error.h` number for a result code (`0` for `TW_OK`): the code Mooncake's C API
+ and Python package report for the same failure, from the one table both tidewire's Mooncake
+ C API and its Python package use (`TW_ERR_TIMEOUT` and `TW_ERR_SOCKET` are -102,
+ `TW_ERR_REJECTED` -3, ...). `-1` (`ERR_INVALID_ARGUMENT`) for numbers this version does not
+ define; `-202` (`ERR_CONTEXT`) for `TW_ERR_PANIC`. Thread-safe, no side effects.
+ */
+int32_t tw_result_mooncake_code(tw_result code);
+
+/*
  Copies the calling thread's last error message (NUL-terminated, truncated to fit) into
  `buf[..len]` and returns the full message length plus one (the size needed). `buf` may be
  NULL when `len` is 0, to query the size. The message is set by the last failing `tw_*` call

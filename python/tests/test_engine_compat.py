@@ -560,3 +560,21 @@ def test_concurrent_sync_calls_from_threads(te_pair, mbuf):
         t.join(60)
     assert not errors, errors
     assert not any(t.is_alive() for t in threads)
+
+
+def test_mooncake_codes_come_from_the_library_table():
+    """The Python package reports the same Mooncake error.h numbers as the Mooncake C API
+    (one table, in the library): a timeout is a socket error (-102), a rejected range an
+    unregistered address (-3)."""
+    from tidewire import _ffi
+    from tidewire.engine import mooncake_code
+
+    assert mooncake_code(0) == 0
+    assert mooncake_code(_ffi.TW_ERR_TIMEOUT) == -102
+    assert mooncake_code(_ffi.TW_ERR_SOCKET) == -102
+    assert mooncake_code(_ffi.TW_ERR_REJECTED) == -3
+    assert mooncake_code(_ffi.TW_ERR_UNKNOWN_SEGMENT) == -200
+    assert mooncake_code(_ffi.TW_ERR_BUSY) == -4
+    assert mooncake_code(_ffi.TW_ERR_UNSUPPORTED) == -303
+    assert mooncake_code(_ffi.TW_ERR_INTERNAL) == -202
+    assert mooncake_code(-9999) == -1 and mooncake_code(12) == -1

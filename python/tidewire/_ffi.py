@@ -198,6 +198,7 @@ SIGNATURES = {
     "tw_stream_op_wait": ([c_void_p, c_uint64, c_int64], c_int32),
     "tw_stream_op_free": ([c_void_p, c_uint64], c_int32),
     "tw_result_str": ([c_int32], c_char_p),
+    "tw_result_mooncake_code": ([c_int32], c_int32),
     "tw_last_error_message": ([c_void_p, c_size_t], c_size_t),
 }
 del _p

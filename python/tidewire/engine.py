@@ -109,29 +109,11 @@ class TransferNotify:
         return hash((self.name, self.msg))
 
 
-# Native TW_ERR_* -> Mooncake error.h (te/include/error.h).
-_MOONCAKE_CODE = {
-    0: 0,
-    _ffi.TW_ERR_INVALID_ARGUMENT: -1,
-    _ffi.TW_ERR_NULL_ARGUMENT: -1,
-    _ffi.TW_ERR_TOO_MANY_REQUESTS: -2,
-    _ffi.TW_ERR_ADDRESS_NOT_REGISTERED: -3,
-    _ffi.TW_ERR_ADDRESS_OVERLAPPED: -7,
-    _ffi.TW_ERR_INVALID_ID: -1,
-    _ffi.TW_ERR_UNKNOWN_SEGMENT: -1,
-    _ffi.TW_ERR_BUSY: -4,
-    _ffi.TW_ERR_TIMEOUT: -301,
-    _ffi.TW_ERR_REJECTED: -104,
-    _ffi.TW_ERR_SOCKET: -102,
-    _ffi.TW_ERR_PROTOCOL: -103,
-    _ffi.TW_ERR_METADATA: -200,
-    _ffi.TW_ERR_UNSUPPORTED: -303,
-}
-
-
 def mooncake_code(code):
-    """Mooncake ``error.h`` number for a native result code (``-1`` when there is no twin)."""
-    return _MOONCAKE_CODE.get(code, -1)
+    """Mooncake ``error.h`` number for a native result code (``-1`` when there is no twin),
+    from the library's one table (``tw_result_mooncake_code``), which its Mooncake C API uses
+    too."""
+    return _ffi.lib().tw_result_mooncake_code(int(code))
 
 
 def _code(exc):

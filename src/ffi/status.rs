@@ -111,6 +111,23 @@ pub extern "C" fn tw_result_str(code: tw_result) -> *const c_char {
     s.as_ptr().cast()
 }
 
+/// Mooncake's `error.h` number for a result code (`0` for `TW_OK`): the code Mooncake's C API
+/// and Python package report for the same failure, from the one table both tidewire's Mooncake
+/// C API and its Python package use (`TW_ERR_TIMEOUT` and `TW_ERR_SOCKET` are -102,
+/// `TW_ERR_REJECTED` -3, ...). `-1` (`ERR_INVALID_ARGUMENT`) for numbers this version does not
+/// define; `-202` (`ERR_CONTEXT`) for `TW_ERR_PANIC`. Thread-safe, no side effects.
+#[unsafe(no_mangle)]
+pub extern "C" fn tw_result_mooncake_code(code: tw_result) -> i32 {
+    match code {
+        TW_OK => 0,
+        TW_ERR_PANIC => crate::ffi::mooncake::codes::codes(ErrorKind::Internal).1,
+        c if c < 0 && c > -256 => ErrorKind::from_u8((-c) as u8)
+            .map(|k| crate::ffi::mooncake::codes::codes(k).1)
+            .unwrap_or(-1),
+        _ => -1,
+    }
+}
+
 /// Copies the calling thread's last error message (NUL-terminated, truncated to fit) into
 /// `buf[..len]` and returns the full message length plus one (the size needed). `buf` may be
 /// NULL when `len` is 0, to query the size. The message is set by the last failing `tw_*` call

@@ -38,7 +38,7 @@ macro_rules! mooncake_codes {
         ($st:ident, $errno:ident); )*) => {
         /// Both Mooncake codes for an error kind: `(Status code, error.h code)`, from the
         /// error-kind table in `error.rs`.
-        pub(super) const fn codes(kind: ErrorKind) -> (c_int, c_int) {
+        pub(crate) const fn codes(kind: ErrorKind) -> (c_int, c_int) {
             match kind {
                 $(ErrorKind::$kind => ($st, $errno),)*
             }

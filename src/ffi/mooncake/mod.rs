@@ -23,7 +23,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 mod batch;
-mod codes;
+pub(crate) mod codes;
 mod lifecycle;
 mod links;
 mod memory;
