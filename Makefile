@@ -9,7 +9,7 @@ PY ?= $(VENV)/bin/python
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -pedantic -g -Iinclude
 BUILD_C := target/c_tests
 
-.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel tq-test store-stress store-stress-mooncake
+.PHONY: all build run test rust-test c-tests py-tests interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel tq-test serving-test store-stress store-stress-mooncake
 
 all: build
 
@@ -102,7 +102,7 @@ wheel:
 
 py-tests: build
 	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
-	TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python $(PY) -m pytest -q python/tests
+	TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python $(PY) -m pytest -q python/tests --ignore=python/tests/serving
 
 ## The Store's stress and fault suite, long variant (python/tests/store_stress.py): 2 GiB through a
 ## 256 MiB segment, 20k cycles, a 1 GiB value, 512 threads in 8 processes; `make test` runs the
@@ -122,6 +122,16 @@ tq-test: build
 	@[ -x .venv-tq/bin/python ] || [ -n "$$TIDEWIRE_TQ_PYTHON" ] || scripts/setup_tq_venv.sh
 	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
 	TIDEWIRE_REQUIRE_TQ=1 TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python $(PY) -m pytest -q python/tests/test_tq_client.py
+
+## The serving stacks' own Store clients on tidewire (SGLang HiCache, vLLM MooncakeStoreConnector,
+## LMCache mooncakestore://), each beside the same driver on the Mooncake wheel, and the tensor
+## helpers (they need torch). Needs .venv-serving (scripts/setup_serving_venv.sh, which reuses
+## .venv-tq's torch); fails rather than skips when that environment is missing.
+serving-test: build
+	@[ -x .venv-serving/bin/python ] || scripts/setup_serving_venv.sh
+	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
+	TIDEWIRE_REQUIRE_SERVING=1 TIDEWIRE_SERVING_PYTHON=$$PWD/.venv-serving/bin/python TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python:python/tests $(PY) -m pytest -q -s python/tests/serving
+	TIDEWIRE_REQUIRE_SERVING=1 TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python:python/tests .venv-serving/bin/python -m pytest -q python/tests/test_store_tensor.py
 
 ## Interop runs inside a private network namespace: Mooncake's listeners bind all addresses.
 interop: build
