@@ -871,7 +871,11 @@ int32_t tw_store_hostname(const struct tw_store *s, char *buf, size_t len);
 int32_t tw_store_health_check(const struct tw_store *s);
 
 /*
- Registers `[addr, addr+len)` with the client's engine (local-only) for zero-copy calls.
+ Registers `[addr, addr+len)` with the client's engine (local-only) for zero-copy calls. The
+ range may be host memory or CUDA device memory (found through the CUDA driver's pointer
+ attributes when one is loaded): every put, get and ranged read then moves device bytes
+ through the driver (staged over TCP for remote segments, `cuMemcpy` for this client's own
+ segment). Device memory must be registered before it is used.
 
  # Safety
  `s` is a live handle; the range stays valid until `tw_store_unregister_buffer`.

@@ -5,12 +5,16 @@ Real mode (default): device memory from PyTorch on cuda:0 (and cuda:1 when prese
 Fake mode (--fake): device memory from the fake CUDA driver named by TW_CUDA_LIB (no GPU).
 
 Checks: GPU->GPU, GPU->host and host->GPU transfers (WRITE and READ) with every byte verified,
-the stream-ordered path (later stream work sees the transferred bytes), then bandwidth for 1 MiB
-and 64 MiB blocks. Exit status 0 only if every check passes.
+the stream-ordered path (later stream work sees the transferred bytes), the Store with device
+buffers (a tidewire-master and two store clients: puts from and gets into GPU memory, to another
+client's segment and to the writer's own), then bandwidth for 1 MiB and 64 MiB blocks. Exit
+status 0 only if every check passes.
 """
 import argparse
 import ctypes as C
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -252,6 +256,9 @@ def main():
     log("stream-ordered transfer:")
     stream_check(lib, gpu, a, seg, a_dev, data, N, args.fake)
 
+    log("store with device buffers (tidewire-master, two store clients):")
+    store_check(lib, gpu, os.path.dirname(os.path.abspath(args.lib)))
+
     log("bandwidth (loopback TCP, two engines, one process):")
     for size, iters in ((MiB, 64), (64 * MiB, 4)):
         s_t, s = gpu.alloc(0, size, pattern(size, 1)[:size])
@@ -276,6 +283,58 @@ def main():
         return 1
     log("all GPU checks passed")
     return 0
+
+
+def store_check(lib, gpu, bindir):
+    """Device memory in the Store: registered with tw_store_register_buffer (its location found
+    through the driver), put to another client's segment and to the writer's own, read back into
+    device memory; every byte compared."""
+    L = lib.L
+    L.tw_store_setup.argtypes = [C.c_char_p] * 2 + [C.c_uint64] * 2 + [C.c_char_p] * 3 + [
+        C.POINTER(C.c_void_p)]
+    L.tw_store_register_buffer.argtypes = [C.c_void_p, C.c_void_p, C.c_uint64]
+    L.tw_store_put.argtypes = [C.c_void_p, C.POINTER(C.c_char_p), C.c_void_p,
+                               C.POINTER(C.c_void_p), C.POINTER(C.c_uint64), C.c_size_t,
+                               C.c_int32, C.c_int32, C.c_void_p, C.POINTER(C.c_int32)]
+    L.tw_store_get_into.argtypes = [C.c_void_p, C.POINTER(C.c_char_p), C.c_void_p,
+                                    C.POINTER(C.c_void_p), C.POINTER(C.c_uint64), C.c_size_t,
+                                    C.POINTER(C.c_int64)]
+    L.tw_store_free.argtypes = [C.c_void_p]
+    L.tw_store_free.restype = None
+    master = subprocess.Popen(
+        [os.path.join(bindir, "tidewire-master"), "--rpc_address=127.0.0.1", "--rpc_port=0",
+         "--metrics_port=0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        addr = f"127.0.0.1:{json.loads(master.stdout.readline())['rpc_port']}".encode()
+        owner, writer = C.c_void_p(), C.c_void_p()
+        for h in (owner, writer):
+            lib.ok(L.tw_store_setup(b"127.0.0.1", b"P2PHANDSHAKE", 64 * MiB, 16 * MiB, b"tcp",
+                                    b"", addr, C.byref(h)), "tw_store_setup")
+        n = 4 * MiB + 321
+        data = pattern(n, 7)[:n]
+        src_t, src = gpu.alloc(0, n, data)
+        dst_t, dst = gpu.alloc(0, n)
+        for p in (src, dst):
+            lib.ok(L.tw_store_register_buffer(writer, C.c_void_p(p), n), "store register")
+        keys = (C.c_char_p * 1)(b"gpu-check")
+        code, got = (C.c_int32 * 1)(), (C.c_int64 * 1)()
+        for rounds in range(2):  # the owner's segment first, then (upsert) wherever it lands
+            lib.ok(L.tw_store_put(writer, keys, None, (C.c_void_p * 1)(src),
+                                  (C.c_uint64 * 1)(n), 1, 1, 0, None, code), "store put")
+            check(code[0] == 0, f"store put from GPU memory (round {rounds}, code {code[0]})")
+            lib.ok(L.tw_store_get_into(writer, keys, None, (C.c_void_p * 1)(dst),
+                                       (C.c_uint64 * 1)(n), 1, got), "store get_into")
+            check(got[0] == n and gpu.read(dst_t) == data,
+                  f"store get into GPU memory (round {rounds}, {got[0]} bytes)")
+        host = HostMem(n)
+        lib.ok(L.tw_store_get_into(owner, keys, None, (C.c_void_p * 1)(host.ptr),
+                                   (C.c_uint64 * 1)(n), 1, got), "store get_into (host)")
+        check(got[0] == n and host.read() == data, "store value written from GPU, read on host")
+        L.tw_store_free(writer)
+        L.tw_store_free(owner)
+    finally:
+        master.kill()
+        master.wait()
 
 
 def stream_check(lib, gpu, a, seg, a_dev, data, N, fake):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks for libtidewire on a machine with an NVIDIA GPU and PyTorch: builds the release
 # library, then (scripts/gpu_check.py) moves GPU<->GPU, GPU->host and host->GPU over loopback
-# TCP between two engines, verifies every byte, runs the stream-ordered path and prints
+# TCP between two engines, verifies every byte, runs the stream-ordered path, puts and gets
+# Store values from and into device memory (a tidewire-master and two store clients), and prints
 # bandwidth for 1 MiB and 64 MiB blocks. Exit 0 only if every check passes. Bounded: about
 # 8 minutes at most (build 5, checks 3).
 #

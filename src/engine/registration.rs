@@ -89,6 +89,13 @@ impl Engine {
             })
     }
 
+    /// CUDA device of the registered region containing `addr`; `None` for host memory or an
+    /// address outside every region. Never calls the driver (the device was decided at
+    /// registration).
+    pub fn memory_device(&self, addr: u64) -> Option<u32> {
+        self.inner.registry.region_of(addr).and_then(|r| r.device)
+    }
+
     /// Unregisters every address; returns the first error after trying them all.
     pub fn unregister_memory_batch(&self, addrs: &[u64]) -> Result<()> {
         let mut first = None;

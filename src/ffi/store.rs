@@ -242,7 +242,11 @@ pub unsafe extern "C" fn tw_store_health_check(s: *const tw_store) -> i32 {
     })
 }
 
-/// Registers `[addr, addr+len)` with the client's engine (local-only) for zero-copy calls.
+/// Registers `[addr, addr+len)` with the client's engine (local-only) for zero-copy calls. The
+/// range may be host memory or CUDA device memory (found through the CUDA driver's pointer
+/// attributes when one is loaded): every put, get and ranged read then moves device bytes
+/// through the driver (staged over TCP for remote segments, `cuMemcpy` for this client's own
+/// segment). Device memory must be registered before it is used.
 ///
 /// # Safety
 /// `s` is a live handle; the range stays valid until `tw_store_unregister_buffer`.
@@ -258,7 +262,9 @@ pub unsafe extern "C" fn tw_store_register_buffer(
         if addr.is_null() || len == 0 {
             return bad("register_buffer: NULL address or zero length");
         }
-        match c.engine().register_memory(addr as u64, len, "cpu:0", false) {
+        // "*": the location is detected (GPU memory through the driver's pointer attributes,
+        // when a CUDA driver is present), so device buffers move through the GPU paths.
+        match c.engine().register_memory(addr as u64, len, "*", false) {
             Ok(()) => code::OK,
             Err(e) => bad(e.to_string()),
         }

@@ -6,7 +6,7 @@
 
 use super::batch::BatchEnd;
 use super::client::{Shared, StoreClient};
-use super::mem::{Copy, copy_all};
+use super::mem::{Copy, copy_placed};
 use super::multi::Mem;
 use super::proto::{
     GetResult, KeyVersion, MAX_BATCH, MAX_KEY_LEN, PutItem, ReplicaDesc, Reply, Request,
@@ -135,6 +135,7 @@ impl Shared {
         let mut bad_segments: Vec<String> = Vec::new();
         let mut bytes = 0;
         let mut copies: Vec<Copy> = Vec::new();
+        let mut copy_owner: Vec<usize> = Vec::new();
         for (i, (st, &(_, _, len))) in starts.iter().zip(items).enumerate() {
             if st.code != code::OK {
                 out[i] = st.code;
@@ -160,11 +161,14 @@ impl Shared {
                 if r.len != len {
                     failed[i] = true;
                 } else if !remote {
-                    copies.extend(from.spans(len).map(|(a, off, n)| Copy {
-                        src: a,
-                        dst: r.addr + off,
-                        len: n,
-                    }));
+                    for (a, off, n) in from.spans(len) {
+                        copies.push(Copy {
+                            src: a,
+                            dst: r.addr + off,
+                            len: n,
+                        });
+                        copy_owner.push(i);
+                    }
                 } else {
                     match open(&r.endpoint) {
                         Some(seg) => {
@@ -191,8 +195,14 @@ impl Shared {
         }
         // SAFETY: sources are caller memory readable for `len` (the `unsafe fn` contracts and
         // `SrcFn`'s), destinations lie in our own live segment in buffers the master allocated
-        // to these writes (checked by `own_segment`); the ranges do not overlap.
-        unsafe { copy_all(&copies) };
+        // to these writes (checked by `own_segment`); the ranges do not overlap. A source in GPU
+        // memory is registered (`usable`), so its device is known.
+        let copied = unsafe { copy_placed(&copies, |a| self.engine.memory_device(a)) };
+        for (done, &i) in copied.into_iter().zip(&copy_owner) {
+            if !done {
+                failed[i] = true;
+            }
+        }
         match self.run_batch(&reqs, bytes) {
             BatchEnd::Done(ok) => {
                 for (j, done) in ok.into_iter().enumerate() {

@@ -168,6 +168,33 @@ pub struct Copy {
     pub len: u64,
 }
 
+/// Performs every copy, those with a side in GPU memory (`device(addr)` is `Some`) through the
+/// CUDA driver and the rest as [`copy_all`] does; per copy whether it succeeded (only a GPU copy
+/// can fail). With no CUDA driver loaded no memory can be on a GPU, and nothing is looked up.
+///
+/// # Safety
+/// As for [`copy_all`]; GPU ranges are registered device memory.
+pub unsafe fn copy_placed(copies: &[Copy], device: impl Fn(u64) -> Option<u32>) -> Vec<bool> {
+    let mut ok = vec![true; copies.len()];
+    if crate::gpu::sys::loaded().is_none() {
+        // SAFETY: per this function's contract.
+        unsafe { copy_all(copies) };
+        return ok;
+    }
+    let mut host: Vec<Copy> = Vec::with_capacity(copies.len());
+    for (i, c) in copies.iter().enumerate() {
+        match device(c.dst).or_else(|| device(c.src)) {
+            Some(dev) => {
+                ok[i] = crate::gpu::copy(dev, c.dst, c.src, c.len as usize).is_ok();
+            }
+            None => host.push(*c),
+        }
+    }
+    // SAFETY: per this function's contract (a subset of the copies, all on the host).
+    unsafe { copy_all(&host) };
+    ok
+}
+
 /// Below this many bytes in total, copies run on the calling thread.
 const PARALLEL_MIN: u64 = 8 << 20;
 /// Pieces handed to copy threads are at most this large (keeps them balanced).

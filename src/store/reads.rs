@@ -5,7 +5,7 @@
 
 use super::batch::BatchEnd;
 use super::client::Shared;
-use super::mem::{Copy, copy_all, populate_behind, prefault_write};
+use super::mem::{Copy, copy_placed, populate_behind, prefault_write};
 use super::multi::Mem;
 use super::proto::{GetResult, ReplicaDesc, Request, code};
 use crate::engine::Request as Xfer;
@@ -36,6 +36,7 @@ impl Shared {
     ) -> Vec<Result<(), i32>> {
         let mut out: Vec<Result<(), i32>> = vec![Ok(()); reads.len()];
         let mut copies: Vec<Copy> = Vec::new();
+        let mut copy_owner: Vec<usize> = Vec::new();
         // Per read still to go over the engine: its remote replicas, and which one is next. A
         // read in pieces is one request per piece, all to the same replica.
         let mut remote: Vec<(usize, Vec<&ReplicaDesc>, usize)> = Vec::new();
@@ -48,11 +49,14 @@ impl Shared {
                 .filter(fits)
                 .find(|d| self.own_segment(d))
             {
-                copies.extend(r.dst.spans(r.len).map(|(a, at, n)| Copy {
-                    src: own.addr + r.off + at,
-                    dst: a,
-                    len: n,
-                }));
+                for (a, at, n) in r.dst.spans(r.len) {
+                    copies.push(Copy {
+                        src: own.addr + r.off + at,
+                        dst: a,
+                        len: n,
+                    });
+                    copy_owner.push(i);
+                }
                 continue;
             }
             let others: Vec<&ReplicaDesc> = r.found.replicas.iter().filter(fits).collect();
@@ -66,8 +70,14 @@ impl Shared {
             copies.iter().for_each(|c| prefault_write(c.dst, c.len));
         }
         // SAFETY: sources lie in our own live segment inside complete versions the caller holds
-        // (offsets within the object); destinations are caller memory per this fn's contract.
-        unsafe { copy_all(&copies) };
+        // (offsets within the object); destinations are caller memory per this fn's contract
+        // (GPU destinations are registered, so their device is known).
+        let copied = unsafe { copy_placed(&copies, |a| self.engine.memory_device(a)) };
+        for (done, &i) in copied.into_iter().zip(&copy_owner) {
+            if !done {
+                out[i] = Err(code::TRANSFER_FAIL);
+            }
+        }
 
         let mut open = self.resolver();
         let mut failed_segments: Vec<String> = Vec::new();
