@@ -76,6 +76,15 @@ def handle_of(value):
     return h
 
 
+def handle_of_bytes(data):
+    """A :class:`BufferHandle` over a copy of ``data`` held in Python memory (a dummy client's
+    ``get_buffer``)."""
+    buf = bytearray(data) or bytearray(1)
+    h = _handle_class(len(data)).from_buffer(buf)
+    h.__dict__["_keep"] = buf
+    return h
+
+
 class ReplicaStatus(enum.IntEnum):
     """State of a replica (Mooncake's values). Descriptors list complete replicas only."""
 
@@ -144,39 +153,94 @@ class ReplicaDescriptor:
         return f"<ReplicaDescriptor memory {self._memory.buffer_descriptor!r}>"
 
 
+# Memory from MooncakeHostMemAllocator, by region id: (address, size, memfd, mapping). It is
+# memfd-backed so that a real client process can map it (for dummy clients).
+_REGIONS = {}
+_REGIONS_LOCK = threading.Lock()
+_NEXT_ID = [1]
+
+
+def shared_regions():
+    """``{id: (address, size, fd)}`` of the shareable memory this process has allocated."""
+    with _REGIONS_LOCK:
+        return {k: (v[0], v[1], v[2]) for k, v in _REGIONS.items()}
+
+
+def shared_region(addr, size):
+    """``(id, base)`` of the shareable region holding ``[addr, addr+size)``, or None."""
+    with _REGIONS_LOCK:
+        for k, (base, n, _fd, _m) in _REGIONS.items():
+            if base <= addr and addr + size <= base + n:
+                return k, base
+    return None
+
+
+def alloc_shared(size):
+    """Page-aligned memory that another process may map: ``(id, address)``, or None."""
+    try:
+        size = int(size)
+        if size <= 0:
+            return None
+        fd = os.memfd_create("tidewire-host-mem", os.MFD_CLOEXEC)
+    except (OverflowError, OSError, ValueError, TypeError, AttributeError):
+        return None
+    try:
+        os.ftruncate(fd, size)
+        m = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
+    except (OSError, ValueError, OverflowError):
+        os.close(fd)
+        return None
+    view = ctypes.c_char.from_buffer(m)
+    addr = ctypes.addressof(view)
+    del view
+    with _REGIONS_LOCK:
+        rid = _NEXT_ID[0]
+        _NEXT_ID[0] += 1
+        _REGIONS[rid] = (addr, size, fd, m)
+    return rid, addr
+
+
+def free_shared(addr):
+    """Frees memory from ``alloc_shared`` by address: True, or False when it is not ours."""
+    with _REGIONS_LOCK:
+        rid = next((k for k, v in _REGIONS.items() if v[0] == addr), None)
+        if rid is None:
+            return False
+        _addr, _n, fd, m = _REGIONS.pop(rid)
+    try:
+        m.close()
+    except BufferError:  # still exported: the mapping goes when the last view does
+        pass
+    os.close(fd)
+    return True
+
+
 class MooncakeHostMemAllocator:
     """Page-aligned host memory for buffers handed to the store (Mooncake's allocator for
     SGLang's host KV pool). ``alloc(size)`` returns an address (0 when the memory cannot be
-    had, or ``size`` is not positive); ``free(address)`` returns 0, or -1 for an address this
-    allocator did not give (or gave and already freed). Thread-safe."""
+    had, or ``size`` is not positive); ``free(address)`` returns 0, or -1 for an address it did
+    not give (or gave and already freed). The memory is shareable: a dummy client
+    (``setup_dummy``) passes it to its real client, which moves the bytes in and out of it
+    directly. Thread-safe."""
 
     def __init__(self):
-        self._maps = {}
+        self._mine = set()
         self._lock = threading.Lock()
 
     def alloc(self, size):
-        try:
-            size = int(size)
-            if size <= 0:
-                return 0
-            m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        except (OverflowError, OSError, ValueError, TypeError):
+        got = alloc_shared(size)
+        if got is None:
             return 0
-        addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
         with self._lock:
-            self._maps[addr] = m
-        return addr
+            self._mine.add(got[1])
+        return got[1]
 
     def free(self, addr):
         with self._lock:
-            m = self._maps.pop(addr, None)
-        if m is None:
-            return -1
-        try:
-            m.close()
-        except BufferError:  # still exported: the mapping goes when the last view does
-            pass
-        return 0
+            if addr not in self._mine:
+                return -1
+            self._mine.discard(addr)
+        return 0 if free_shared(addr) else -1
 
 
 def _node_cpus(node):

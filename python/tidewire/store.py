@@ -37,8 +37,10 @@ expired, -800 transfer failed, -900 master unreachable, -901 master timeout.
 Every call into the library releases the GIL (ctypes), so threads overlap their transfers.
 """
 
+import base64
 import ctypes
 import enum
+import os
 import functools
 import itertools
 import operator
@@ -48,11 +50,15 @@ from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_size_t, c_uint6
 
 from . import _ffi
 from . import _store_setup as _setup_args
+from . import _store_wire
+from ._store_dummy import ENCODE as _DUMMY_ENCODE
+from ._store_dummy import DummyLink, NotShared
 from ._store_ffi import MAX_REPLICAS, AllocFn, ReplicaC, ReplicateConfigC, StoreValue
 from ._store_tensor import TensorCalls
 from ._store_types import (
     BufferHandle, Descriptor, DiskDescriptor, MemoryDescriptor, MooncakeHostMemAllocator,
-    ReplicaDescriptor, ReplicaStatus, bind_to_numa_node, handle_of,
+    ReplicaDescriptor, ReplicaStatus, alloc_shared, bind_to_numa_node, handle_of,
+    handle_of_bytes, shared_region, shared_regions,
 )
 
 __all__ = [
@@ -318,6 +324,7 @@ class MooncakeDistributedStore(TensorCalls):
         self._cv = threading.Condition()
         self._busy = 0
         self._hostname = ""
+        self._dummy = None
 
     # ---------------------------------------------------------------- lifecycle
     def setup(self, *args, **kwargs):
@@ -378,8 +385,80 @@ class MooncakeDistributedStore(TensorCalls):
             self._hostname = buf.value.decode()
         return 0
 
+    def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
+        """Starts a dummy client (Mooncake's standalone-storage form): no engine or segment of
+        its own; every call goes to the real client process at ``server_address``
+        (``host:port``, on this host: ``python -m tidewire.store_server``). Zero-copy calls
+        must use memory from ``MooncakeHostMemAllocator``, which the real client maps and moves
+        the bytes in and out of directly; ``mem_pool_size`` bytes of such memory are made for
+        ``alloc_from_mem_pool``. ``local_buffer_size`` is accepted (copying calls carry their
+        values in the call). Returns 0, or -900 when the real client cannot be reached (or
+        -600 for bad arguments); ``last_error`` says why."""
+        if self._h is not None or self._dummy is not None:
+            return 0
+        if not _sizes_ok([mem_pool_size, local_buffer_size]):
+            return INVALID_PARAMS
+        try:
+            link = DummyLink(str(server_address))
+            rep = link.request({"op": "hello", "pid": os.getpid()})
+        except (OSError, ValueError, _store_wire.WireError) as e:
+            self.last_error = f"cannot reach the real client at {server_address}: {e}"
+            return -900
+        if rep.get("rc") != 0:
+            link.close()
+            self.last_error = rep.get("error", "the real client refused this dummy client")
+            return rep.get("rc", -900)
+        self._dummy = link
+        self._hostname = rep.get("hostname", "")
+        self._pool = alloc_shared(mem_pool_size)[1] if mem_pool_size else 0
+        self._pool_at, self._pool_size = 0, int(mem_pool_size)
+        return 0
+
+    def alloc_from_mem_pool(self, size):
+        """An address of ``size`` bytes from the dummy client's pool (``setup_dummy``'s
+        ``mem_pool_size``), handed out in order and never reused; 0 when it does not fit or this
+        is not a dummy client."""
+        if self._dummy is None or not _sizes_ok([size]) or not self._pool:
+            return 0
+        with self._cv:
+            at = (self._pool_at + 63) & ~63
+            if at + size > self._pool_size:
+                return 0
+            self._pool_at = at + size
+        return self._pool + at
+
+    def _forward(self, name, args, kwargs):
+        """A dummy client's call, run by its real client."""
+        _check_keys(name, args, kwargs)
+        encode = _DUMMY_ENCODE.get(name)
+        if encode is None:
+            self.last_error = f"{name} is not available in a dummy client"
+            return _failed(name, args, INVALID_PARAMS)
+        try:
+            payload = encode(*args, **kwargs)
+        except NotShared as e:
+            self.last_error = str(e)
+            return _failed(name, args, INVALID_PARAMS)
+        link = self._dummy
+        try:
+            for rid, (_addr, size, fd) in shared_regions().items():
+                if rid not in link.shared and link.share(rid, fd, size) != 0:
+                    self.last_error = "the real client could not map shared memory"
+                    return _failed(name, args, INTERNAL_ERROR)
+            rep = link.request({"op": "call", "m": name, "a": payload})
+        except _store_wire.WireError as e:
+            self.last_error = str(e)
+            return _failed(name, args, -900)
+        if "error" in rep:
+            self.last_error = rep["error"]
+            return _failed(name, args, rep.get("rc", INTERNAL_ERROR))
+        return _decode(name, rep["r"])
+
     def close(self):
         """Unmounts this client's segment (its objects go with it) and stops. Returns 0."""
+        if self._dummy is not None:
+            self._dummy.close()
+            self._dummy = None
         with self._cv:
             h, self._h = self._h, None
             # Calls already inside the library finish first (they hold the handle).
@@ -406,7 +485,15 @@ class MooncakeDistributedStore(TensorCalls):
 
     # ---------------------------------------------------------------- registration
     def register_buffer(self, buffer_ptr, size):
-        """Registers caller memory for the zero-copy calls. 0 or a negative code."""
+        """Registers caller memory for the zero-copy calls. 0 or a negative code. In a dummy
+        client the memory must come from ``MooncakeHostMemAllocator`` (-600 otherwise)."""
+        if self._dummy is not None:
+            if not _ptrs_ok([buffer_ptr]) or not _sizes_ok([size]):
+                return INVALID_PARAMS
+            if shared_region(operator.index(buffer_ptr), operator.index(size)) is None:
+                self.last_error = "a dummy client can only register MooncakeHostMemAllocator memory"
+                return INVALID_PARAMS
+            return 0
         if self._h is None:
             return INTERNAL_ERROR
         if not _ptrs_ok([buffer_ptr]) or not _sizes_ok([size]) or not buffer_ptr or not size:
@@ -417,6 +504,8 @@ class MooncakeDistributedStore(TensorCalls):
 
     def unregister_buffer(self, buffer_ptr):
         """Drops a registration. 0 or a negative code."""
+        if self._dummy is not None:
+            return 0
         if self._h is None:
             return INTERNAL_ERROR
         if not _ptrs_ok([buffer_ptr]):
@@ -934,11 +1023,82 @@ class MooncakeDistributedStore(TensorCalls):
         return _ffi.lib().tw_store_remove_all(self._h, bool(force))
 
 
+#: Methods a dummy client runs itself.
+_LOCAL_IN_DUMMY = {"register_buffer", "unregister_buffer"}
+
+#: Result shapes by method, for a call that fails as a whole (see ``_failed``).
+_LIST_CODE = {
+    "batch_put_from", "batch_upsert_from", "batch_put_from_multi_buffers",
+    "batch_get_into_multi_buffers", "batch_get_into", "batch_remove", "batch_get_session_start",
+    "batch_get_into_multi_buffer_ranges", "batch_put_tensor", "batch_upsert_tensor",
+    "batch_pub_tensor", "batch_upsert_pub_tensor", "batch_put_tensor_from",
+    "batch_upsert_tensor_from",
+}
+_LIST_NONE = {"batch_get_buffer", "batch_get_tensor", "batch_get_tensor_into"}
+_NONE = {"get_buffer", "get_tensor", "get_tensor_into"}
+
+
+def _failed(name, args, code):
+    """What method ``name`` returns when the whole call fails with ``code``."""
+    n = len(args[0]) if args and isinstance(args[0], (list, tuple)) else 1
+    if name in _LIST_CODE:
+        return [code] * n
+    if name == "batch_is_exist":
+        return [-1] * n
+    if name in _LIST_NONE:
+        return [None] * n
+    if name == "get_batch":
+        return [b""] * n
+    if name in _NONE:
+        return None
+    if name == "get":
+        return b""
+    if name == "is_exist":
+        return -1
+    if name == "batch_get_replica_desc":
+        return {}
+    if name == "get_replica_desc":
+        return []
+    return code
+
+
+def _check_keys(name, args, kwargs):
+    """The ``TypeError`` a call with keys of the wrong type raises, before anything else."""
+    if name == "get_into_ranges":
+        for ks in _key_list_of_lists(args[1] if len(args) > 1 else kwargs.get("all_keys", [])):
+            _key_list(ks)
+    elif name in ("remove_all", "health_check", "remove_by_regex"):
+        return
+    elif args:
+        (_key_list if name.startswith("batch_") or name in ("put_batch", "upsert_batch",
+                                                           "get_batch") else _key_bytes)(args[0])
+
+
+def _decode(name, r):
+    """A dummy call's result as the method returns it."""
+    if name == "get":
+        return base64.b64decode(r)
+    if name == "get_batch":
+        return [base64.b64decode(v) for v in r]
+    if name == "get_buffer":
+        return None if r is None else handle_of_bytes(base64.b64decode(r))
+    if name == "batch_get_buffer":
+        return [None if v is None else handle_of_bytes(base64.b64decode(v)) for v in r]
+    if name == "batch_get_replica_desc":
+        return {k: [ReplicaDescriptor(MemoryDescriptor(Descriptor(*d))) for d in reps]
+                for k, reps in r.items()}
+    return r
+
+
 def _counted(fn):
     """Counts the call as in flight, so ``close`` waits for it before freeing the handle."""
 
+    name = fn.__name__
+
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
+        if self._dummy is not None and name not in _LOCAL_IN_DUMMY:
+            return self._forward(name, args, kwargs)
         with self._cv:
             self._busy += 1
         try:

@@ -1,0 +1,168 @@
+"""Dummy store clients (Mooncake's ``setup_dummy``): a client that owns no engine or segment and
+sends its calls to a real client process on the same host (``python -m tidewire.store_server``).
+Its buffers are memory from :class:`MooncakeHostMemAllocator`, which is shared with the real
+client (memfd, opened by the real client through ``/proc``): zero-copy calls move the bytes
+straight between that memory and the store, with no second copy. Copying calls (``put`` of
+bytes, ``get``) carry the value in the call.
+
+Only memory from ``MooncakeHostMemAllocator`` (or the pool ``setup_dummy`` makes) can be used
+in a zero-copy call: any other address gives -600, with ``last_error`` saying why. The tensor
+helpers are not available in a dummy client (-600). When the real client dies or stops
+answering, every call fails within ``TW_DUMMY_TIMEOUT_S`` seconds (default 60) with -900 and
+the client stays failed; it never hangs."""
+
+import base64
+import os
+import socket
+import threading
+
+from . import _store_wire as wire
+from ._store_types import shared_region
+
+RPC_FAIL = -900
+INVALID = -600
+
+
+class NotShared(ValueError):
+    """An address outside the memory shared with the real client."""
+
+
+def _addr(ptr, size):
+    """``ptr .. ptr+size`` as ``[region id, offset]`` of shared memory, or ``NotShared``."""
+    try:
+        ptr, size = int(ptr), int(size)
+    except (TypeError, ValueError):
+        raise NotShared("addresses and sizes must be integers") from None
+    r = shared_region(ptr, max(size, 0))
+    if r is None:
+        raise NotShared(
+            f"{ptr:#x}+{size} is not memory shared with the real client: a dummy client can "
+            "only use memory from MooncakeHostMemAllocator")
+    return [r[0], ptr - r[1]]
+
+
+def _config(cfg):
+    if cfg is None:
+        return None
+    return {k: (v if not hasattr(v, "value") else int(v)) for k, v in vars(cfg).items()}
+
+
+def _b64(v):
+    return base64.b64encode(bytes(memoryview(v))).decode()
+
+
+def _keys(keys):
+    """Keys as JSON strings (a ``bytes`` key that is not UTF-8 stays invalid on the other side:
+    lone surrogates)."""
+    out = []
+    for k in keys:
+        if isinstance(k, (bytes, bytearray)):
+            k = bytes(k).decode("utf-8", "surrogateescape")
+        out.append(k)
+    return out
+
+
+def _key(k):
+    return _keys([k])[0]
+
+
+def _ptr_list(ptrs, sizes):
+    return [_addr(p, s) for p, s in zip(ptrs, sizes)]
+
+
+def _ptr_lists(ptr_lists, size_lists):
+    return [[_addr(p, s) for p, s in zip(ps, ss)] for ps, ss in zip(ptr_lists, size_lists)]
+
+
+def _ranges(bases, all_dst, all_sizes):
+    out = []
+    for b, dsts, sizes in zip(bases, all_dst, all_sizes):
+        end = max((d + z for ds, zs in zip(dsts, sizes) for d, z in zip(ds, zs)), default=0)
+        out.append(_addr(b, end))
+    return out
+
+
+#: Encoders of each forwarded method's arguments (keys already checked by the caller).
+ENCODE = {
+    "put": lambda k, v, c=None: [_key(k), _b64(v), _config(c)],
+    "upsert": lambda k, v, c=None: [_key(k), _b64(v), _config(c)],
+    "put_batch": lambda ks, vs, c=None: [_keys(ks), [_b64(v) for v in vs], _config(c)],
+    "upsert_batch": lambda ks, vs, c=None: [_keys(ks), [_b64(v) for v in vs], _config(c)],
+    "put_from": lambda k, p, n, c=None: [_key(k), _addr(p, n), n, _config(c)],
+    "upsert_from": lambda k, p, n, c=None: [_key(k), _addr(p, n), n, _config(c)],
+    "batch_put_from": lambda ks, ps, ns, c=None: [_keys(ks), _ptr_list(ps, ns), list(ns),
+                                                  _config(c)],
+    "batch_upsert_from": lambda ks, ps, ns, c=None: [_keys(ks), _ptr_list(ps, ns), list(ns),
+                                                     _config(c)],
+    "batch_put_from_multi_buffers": lambda ks, pl, sl, c=None: [
+        _keys(ks), _ptr_lists(pl, sl), [list(s) for s in sl], _config(c)],
+    "batch_get_into_multi_buffers": lambda ks, pl, sl, prefer=False: [
+        _keys(ks), _ptr_lists(pl, sl), [list(s) for s in sl], bool(prefer)],
+    "get_into": lambda k, p, n: [_key(k), _addr(p, n), n],
+    "batch_get_into": lambda ks, ps, ns: [_keys(ks), _ptr_list(ps, ns), list(ns)],
+    "get": lambda k: [_key(k)],
+    "get_batch": lambda ks: [_keys(ks)],
+    "get_buffer": lambda k: [_key(k)],
+    "batch_get_buffer": lambda ks: [_keys(ks)],
+    "get_size": lambda k: [_key(k)],
+    "is_exist": lambda k: [_key(k)],
+    "batch_is_exist": lambda ks: [_keys(ks)],
+    "remove": lambda k, force=False: [_key(k), bool(force)],
+    "batch_remove": lambda ks, force=False: [_keys(ks), bool(force)],
+    "remove_by_regex": lambda p, force=False: [_key(p), bool(force)],
+    "remove_all": lambda force=False: [bool(force)],
+    "batch_get_session_start": lambda ks: [_keys(ks)],
+    "batch_get_session_end": lambda ks: [_keys(ks)],
+    "batch_get_into_multi_buffer_ranges": lambda ks, pl, sl, ol: [
+        _keys(ks), _ptr_lists(pl, sl), [list(s) for s in sl], [list(o) for o in ol]],
+    "get_into_ranges": lambda bs, ak, ad, asrc, az: [
+        _ranges(bs, ad, az), [_keys(k) for k in ak], ad, asrc, az],
+    "batch_get_replica_desc": lambda ks: [_keys(ks)],
+    "health_check": lambda: [],
+}
+
+
+class DummyLink:
+    """The connection of one dummy client to its real client."""
+
+    def __init__(self, address, timeout=None):
+        host, _, port = address.rpartition(":")
+        self.timeout = timeout or float(os.environ.get("TW_DUMMY_TIMEOUT_S", "60"))
+        self.sock = socket.create_connection((host or "127.0.0.1", int(port)),
+                                             timeout=min(self.timeout, 10))
+        self.sock.settimeout(self.timeout)
+        self.lock = threading.Lock()
+        self.failed = None
+        self.shared = set()
+
+    def request(self, msg):
+        """One request and its reply; ``WireError`` once the link has failed."""
+        with self.lock:
+            if self.failed:
+                raise wire.WireError(self.failed)
+            try:
+                wire.send(self.sock, msg)
+                return wire.recv(self.sock)
+            except wire.WireError as e:
+                self.failed = f"the real client is gone: {e}"
+                self.sock.close()
+                raise wire.WireError(self.failed) from None
+
+    def share(self, region_id, fd, size):
+        """Tells the real client about shared memory (once per region)."""
+        if region_id in self.shared:
+            return 0
+        rep = self.request({"op": "share", "pid": os.getpid(), "fd": fd, "size": size,
+                            "id": region_id})
+        if rep.get("rc") == 0:
+            self.shared.add(region_id)
+        return rep.get("rc", RPC_FAIL)
+
+    def close(self):
+        with self.lock:
+            if not self.failed:
+                self.failed = "closed"
+                try:
+                    self.sock.close()
+                except OSError:
+                    pass
