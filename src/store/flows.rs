@@ -58,6 +58,15 @@ impl Shared {
         }
     }
 
+    /// Whether destinations of a read look freshly allocated (unregistered and never touched,
+    /// see [`likely_fresh`](super::mem::likely_fresh)): their pages are then populated on a
+    /// second CPU alongside the transfer, instead of faulting one by one inside the receive copy
+    /// (TransferQueue reads into tensors it has just allocated).
+    pub(crate) fn fresh_destinations(&self, dsts: impl Iterator<Item = (u64, u64)>) -> bool {
+        dsts.take(4)
+            .any(|(a, n)| super::mem::likely_fresh(a, n) && self.engine.memory_location(a).is_err())
+    }
+
     /// Whether caller memory may be touched: registered with the engine, or at least mapped.
     pub(crate) fn usable(&self, addr: u64, len: u64) -> bool {
         self.engine.memory_location(addr).is_ok() || super::mem::range_mapped(addr, len)
@@ -511,7 +520,10 @@ impl StoreClient {
                     Ok(Mem::One(c[i].1))
                 }
             };
-            self.shared.get_chunk(&keys, &mut dst, false, o)
+            let fresh = self
+                .shared
+                .fresh_destinations(c.iter().map(|it| (it.1, it.2)));
+            self.shared.get_chunk(&keys, &mut dst, fresh, o)
         });
         for (r, i) in sub.into_iter().zip(idx) {
             out[i] = r;

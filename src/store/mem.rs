@@ -327,6 +327,21 @@ pub fn populate_behind<R>(ranges: &[(u64, u64)], transfer: impl FnOnce() -> R) -
     })
 }
 
+/// Whether `[addr, addr+len)` looks like memory just allocated and never touched (as
+/// `torch.empty` or a fresh `mmap` gives it): at least [`PREFAULT_MIN`] long, and its middle
+/// page not yet resident. One `mincore` of one page; a guess that only decides whether the
+/// pages are populated alongside a transfer into them (harmless either way).
+pub fn likely_fresh(addr: u64, len: u64) -> bool {
+    if len < PREFAULT_MIN {
+        return false;
+    }
+    let page = (addr + len / 2) & !4095;
+    let mut v = [0u8; 1];
+    // SAFETY: mincore only reads the page tables for one page and writes one byte into `v`.
+    let r = unsafe { libc::mincore(page as *mut libc::c_void, 4096, v.as_mut_ptr()) };
+    r == 0 && v[0] & 1 == 0
+}
+
 /// Whether every page of `[addr, addr+len)` is mapped in this process (`mincore` fails with
 /// `ENOMEM` on a hole). Used before touching caller memory the engine does not know, so a bad
 /// address is an `INVALID_PARAMS` result instead of a crash. It cannot see protections: mapped
@@ -372,6 +387,16 @@ mod tests {
         let addr = m.addr();
         drop(m);
         assert!(!range_mapped(addr, 4096));
+    }
+
+    #[test]
+    fn fresh_memory_is_told_apart_from_touched_memory() {
+        let m = Mapped::new(1 << 20).unwrap();
+        assert!(likely_fresh(m.addr(), 1 << 20), "an untouched mapping");
+        assert!(!likely_fresh(m.addr(), 4096), "too small to be worth populating");
+        // SAFETY: the mapping is ours and live; one byte in its middle page.
+        unsafe { *((m.addr() + (1 << 19)) as *mut u8) = 1 };
+        assert!(!likely_fresh(m.addr(), 1 << 20), "its middle page is now resident");
     }
 
     /// Whether the page holding `addr` is resident.
