@@ -11,7 +11,10 @@ Run everything inside a private network namespace (Mooncake binds all addresses)
 Workload per round (fresh keys each round), 256 values of 1 MiB from one registered 256 MiB
 source, read into one registered 256 MiB destination: put_batch, get_batch (checked),
 upsert_batch, batch_put_from, batch_upsert_from (new keys, then in place), batch_get_into
-(checked), 4 threads x 64 keys of batch_upsert_from, batch_remove(force) of the 768 keys.
+(checked), batch_get_into a fresh unregistered 256 MiB mapping (checked; TransferQueue's path:
+torch.empty memory), the serving stacks' batch (128 pages of 64-256 KiB in 1-4 pieces:
+batch_put_from_multi_buffers, batch_is_exist, batch_get_into_multi_buffers, checked), a
+1024-key batch_is_exist, 4 threads x 64 keys of batch_upsert_from, batch_remove(force) of the 768 keys.
 Modes: ``single`` (one process holds the segment and calls), ``two`` (a holder process with the
 segment, a client process with none). Both implementations are set up side by side and their
 rounds alternate (tidewire, Mooncake, Mooncake, tidewire, ...), so a shared machine's load
@@ -23,6 +26,7 @@ import ctypes
 import json
 import mmap
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -35,7 +39,9 @@ REPO = os.path.dirname(HERE)
 MiB = 1 << 20
 N = 256
 OPS = ["put_batch", "get_batch", "upsert_batch", "batch_put_from", "batch_upsert_from_new",
-       "batch_upsert_from_in_place", "batch_get_into", "4thr_x64_batch_upsert_from",
+       "batch_upsert_from_in_place", "batch_get_into", "batch_get_into_fresh",
+       "4thr_x64_batch_upsert_from", "serving_put_128_pages", "serving_exists_128",
+       "serving_get_128_pages", "batch_is_exist_1024",
        "batch_remove_768"]
 
 
@@ -114,6 +120,26 @@ class Bench:
         self.ptrs = [self.src.addr + i * MiB for i in range(N)]
         self.dptrs = [self.dst.addr + i * MiB for i in range(N)]
         self.sizes = [MiB] * N
+        # The serving stacks' shape: 128 pages of 64-256 KiB, each in 1-4 pieces (vLLM: one per
+        # layer; SGLang: K and V, or MLA layers), at fixed places in the source and destination.
+        rnd = random.Random(7)
+        self.pages_ptrs, self.pages_sizes, self.pages_dptrs = [], [], []
+        at = 0
+        for _ in range(128):
+            length = rnd.randint(64 << 10, 256 << 10)
+            n = rnd.randint(1, 4)
+            cuts = sorted(rnd.sample(range(1, length), n - 1)) + [length]
+            ps, ss, ds, prev = [], [], [], 0
+            for c in cuts:
+                ps.append(self.src.addr + at + prev)
+                ds.append(self.dst.addr + at + prev)
+                ss.append(c - prev)
+                prev = c
+            at += length
+            self.pages_ptrs.append(ps)
+            self.pages_sizes.append(ss)
+            self.pages_dptrs.append(ds)
+        self.pages_bytes = at
 
     def close(self):
         self.s.unregister_buffer(self.src.addr)
@@ -150,6 +176,16 @@ class Bench:
         assert rc == sizes, set(rc)
         assert ctypes.string_at(dst.addr, dst.size) == data, "batch_get_into returned wrong bytes"
         times["batch_get_into"] = t
+        # The path TransferQueue (and any first use of a pool) takes: memory just allocated,
+        # never touched and not registered, as torch.empty gives it.
+        fresh = Region(N * MiB)
+        fptrs = [fresh.addr + i * MiB for i in range(N)]
+        t, rc = timed(lambda: s.batch_get_into(kc, fptrs, sizes))
+        assert rc == sizes, set(rc)
+        assert ctypes.string_at(fresh.addr, fresh.size) == data, "fresh batch_get_into: bytes"
+        times["batch_get_into_fresh"] = t
+        fresh.view = None
+        fresh.mm.close()
         errs = []
 
         def worker(w):
@@ -168,9 +204,29 @@ class Bench:
         t, _ = timed(four)
         assert not errs, errs[0][:4]
         times["4thr_x64_batch_upsert_from"] = t
+        kp = [f"r{r}/page{i}" for i in range(128)]
+        t, rc = timed(lambda: s.batch_put_from_multi_buffers(kp, self.pages_ptrs,
+                                                             self.pages_sizes, cfg))
+        assert set(rc) == {0}, set(rc)
+        times["serving_put_128_pages"] = t
+        t, rc = timed(lambda: s.batch_is_exist(kp))
+        assert rc == [1] * 128, set(rc)
+        times["serving_exists_128"] = t
+        ctypes.memset(dst.addr, 0, self.pages_bytes)
+        t, rc = timed(lambda: s.batch_get_into_multi_buffers(kp, self.pages_dptrs,
+                                                             self.pages_sizes))
+        assert rc == [sum(z) for z in self.pages_sizes], set(rc)
+        assert ctypes.string_at(dst.addr, self.pages_bytes) == data[:self.pages_bytes], \
+            "serving get: bytes"
+        times["serving_get_128_pages"] = t
+        none = [f"r{r}/none{i}" for i in range(128)]
+        t, rc = timed(lambda: s.batch_is_exist(ka + kb + kc + kp + none))
+        assert rc == [1] * 896 + [0] * 128, set(rc)
+        times["batch_is_exist_1024"] = t
         t, rc = timed(lambda: s.batch_remove(ka + kb + kc, True))
         assert set(rc) == {0}, set(rc)
         times["batch_remove_768"] = t
+        s.batch_remove(kp, True)
         return times
 
 
