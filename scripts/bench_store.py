@@ -354,8 +354,8 @@ def main():
                 vals.append(v)
                 if v is None:
                     row.append("-")
-                elif op.startswith("batch_remove"):
-                    row.append(f"{v:.2f}")
+                elif op.startswith(("batch_remove", "serving_", "batch_is_exist")):
+                    row.append(f"{v:.2f}")  # not 256 MiB moved: no rate
                 else:
                     row.append(f"{v:.1f} ({0.25 / (v / 1000):.2f})")
             row.append(f"{vals[1] / vals[0]:.2f}x" if None not in vals and vals[0] > 0 else "-")
