@@ -7,7 +7,7 @@ mod common;
 use common::master::TestMaster;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tidewire::store::multi::Piece;
-use tidewire::store::{StoreClient, WriteConfig, code};
+use tidewire::store::{WriteConfig, code};
 
 type Master = TestMaster;
 

@@ -292,6 +292,12 @@ def result_name(code):
     return lib().tw_result_str(int(code)).decode()
 
 
+def mooncake_code(code):
+    """Mooncake's ``error.h`` number for a result code, from the library's one table (the one
+    its Mooncake C API uses): 0 for ``TW_OK``, -1 for numbers it does not define."""
+    return lib().tw_result_mooncake_code(int(code))
+
+
 def version():
     """Library version string, e.g. ``"0.1.0"``."""
     return lib().tw_version().decode()

@@ -113,7 +113,7 @@ def mooncake_code(code):
     """Mooncake ``error.h`` number for a native result code (``-1`` when there is no twin),
     from the library's one table (``tw_result_mooncake_code``), which its Mooncake C API uses
     too."""
-    return _ffi.lib().tw_result_mooncake_code(int(code))
+    return _ffi.mooncake_code(code)
 
 
 def _code(exc):
