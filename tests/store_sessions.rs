@@ -97,10 +97,8 @@ fn a_session_keeps_its_version_and_replicas_describe_the_owner() {
     let mut dst = vec![0u8; 1 << 20];
     let frag = [(dst.as_mut_ptr() as u64, 1u64 << 20, 0u64)];
     // SAFETY: the fragment is `dst`, unshared during the call.
-    assert_eq!(
-        unsafe { reader.get_session_ranges(&[("keep", &frag[..])]) },
-        vec![1 << 20]
-    );
+    let got = unsafe { reader.get_session_ranges(&[("keep", &frag[..])]) };
+    assert_eq!(got, vec![1 << 20]);
     assert!(dst == old, "the session read the version it looked up");
     reader.get_session_end(&["keep"]);
 

@@ -393,10 +393,16 @@ mod tests {
     fn fresh_memory_is_told_apart_from_touched_memory() {
         let m = Mapped::new(1 << 20).unwrap();
         assert!(likely_fresh(m.addr(), 1 << 20), "an untouched mapping");
-        assert!(!likely_fresh(m.addr(), 4096), "too small to be worth populating");
+        assert!(
+            !likely_fresh(m.addr(), 4096),
+            "too small to be worth populating"
+        );
         // SAFETY: the mapping is ours and live; one byte in its middle page.
         unsafe { *((m.addr() + (1 << 19)) as *mut u8) = 1 };
-        assert!(!likely_fresh(m.addr(), 1 << 20), "its middle page is now resident");
+        assert!(
+            !likely_fresh(m.addr(), 1 << 20),
+            "its middle page is now resident"
+        );
     }
 
     /// Whether the page holding `addr` is resident.
