@@ -451,7 +451,7 @@ def test_copying_put_of_overlapping_views(cluster):
 def test_key_arrays_round_trip():
     """The packed key arrays the library reads: every key back, in order, at its full length
     (NUL bytes included)."""
-    from tidewire import store as st
+    from tidewire import _store_args as st
 
     keys = ["a", "", "ключ-ü", b"raw-bytes", "x" * 300, "k\0a", bytearray(b"\0")]
     keys += [f"k{i}" for i in range(1000)]

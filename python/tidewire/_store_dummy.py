@@ -17,7 +17,10 @@ import socket
 import threading
 
 from . import _store_wire as wire
-from ._store_types import shared_region
+from ._store_args import _key_bytes, _key_list, _key_list_of_lists
+from ._store_types import (
+    Descriptor, MemoryDescriptor, ReplicaDescriptor, handle_of_bytes, shared_region,
+)
 
 RPC_FAIL = -900
 INVALID = -600
@@ -166,3 +169,70 @@ class DummyLink:
                     self.sock.close()
                 except OSError:
                     pass
+
+
+#: Methods a dummy client runs itself.
+_LOCAL_IN_DUMMY = {"register_buffer", "unregister_buffer"}
+
+#: Result shapes by method, for a call that fails as a whole (see ``_failed``).
+_LIST_CODE = {
+    "batch_put_from", "batch_upsert_from", "batch_put_from_multi_buffers",
+    "batch_get_into_multi_buffers", "batch_get_into", "batch_remove", "batch_get_session_start",
+    "batch_get_into_multi_buffer_ranges", "batch_put_tensor", "batch_upsert_tensor",
+    "batch_pub_tensor", "batch_upsert_pub_tensor", "batch_put_tensor_from",
+    "batch_upsert_tensor_from",
+}
+_LIST_NONE = {"batch_get_buffer", "batch_get_tensor", "batch_get_tensor_into"}
+_NONE = {"get_buffer", "get_tensor", "get_tensor_into"}
+
+
+def _failed(name, args, code):
+    """What method ``name`` returns when the whole call fails with ``code``."""
+    n = len(args[0]) if args and isinstance(args[0], (list, tuple)) else 1
+    if name in _LIST_CODE:
+        return [code] * n
+    if name == "batch_is_exist":
+        return [-1] * n
+    if name in _LIST_NONE:
+        return [None] * n
+    if name == "get_batch":
+        return [b""] * n
+    if name in _NONE:
+        return None
+    if name == "get":
+        return b""
+    if name == "is_exist":
+        return -1
+    if name == "batch_get_replica_desc":
+        return {}
+    if name == "get_replica_desc":
+        return []
+    return code
+
+
+def _check_keys(name, args, kwargs):
+    """The ``TypeError`` a call with keys of the wrong type raises, before anything else."""
+    if name == "get_into_ranges":
+        for ks in _key_list_of_lists(args[1] if len(args) > 1 else kwargs.get("all_keys", [])):
+            _key_list(ks)
+    elif name in ("remove_all", "health_check", "remove_by_regex"):
+        return
+    elif args:
+        (_key_list if name.startswith("batch_") or name in ("put_batch", "upsert_batch",
+                                                           "get_batch") else _key_bytes)(args[0])
+
+
+def _decode(name, r):
+    """A dummy call's result as the method returns it."""
+    if name == "get":
+        return base64.b64decode(r)
+    if name == "get_batch":
+        return [base64.b64decode(v) for v in r]
+    if name == "get_buffer":
+        return None if r is None else handle_of_bytes(base64.b64decode(r))
+    if name == "batch_get_buffer":
+        return [None if v is None else handle_of_bytes(base64.b64decode(v)) for v in r]
+    if name == "batch_get_replica_desc":
+        return {k: [ReplicaDescriptor(MemoryDescriptor(Descriptor(*d))) for d in reps]
+                for k, reps in r.items()}
+    return r

@@ -117,7 +117,7 @@ class TensorCalls:
 
     # ------------------------------------------------------------------ writes
     def _put_tensors(self, keys, tensors, upsert, config):
-        from .store import _key_list  # the client module imports this one
+        from ._store_args import _key_list
 
         enc = _key_list(keys)
         tensors = list(tensors)
@@ -177,7 +177,7 @@ class TensorCalls:
         return self._put_tensors(keys, tensors_list, True, config)
 
     def _put_tensor_from(self, keys, buffer_ptrs, sizes, upsert):
-        from .store import _key_list
+        from ._store_args import _key_list
 
         enc = _key_list(keys)
         ptrs, sizes = list(buffer_ptrs), list(sizes)
@@ -219,7 +219,7 @@ class TensorCalls:
     def batch_get_tensor(self, keys):
         """Tensors of several keys (None for a missing key or a value that is not a tensor).
         Each value is read straight into a new tensor's memory, one copy."""
-        from .store import _key_list
+        from ._store_args import _key_list
 
         def make(size):
             torch = _torch()
@@ -240,7 +240,7 @@ class TensorCalls:
         """Reads each value (header and bytes) into caller memory and returns tensors over it
         (no copy: they use the caller's memory, which must outlive them); None for a missing
         key, a buffer too small, or a value that is not a tensor."""
-        from .store import _key_list
+        from ._store_args import _key_list
 
         ptrs, sizes = list(buffer_ptrs), list(sizes)
         got = self._get_into(_key_list(keys), ptrs, sizes)

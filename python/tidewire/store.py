@@ -37,28 +37,30 @@ expired, -800 transfer failed, -900 master unreachable, -901 master timeout.
 Every call into the library releases the GIL (ctypes), so threads overlap their transfers.
 """
 
-import base64
 import ctypes
-import enum
-import os
 import functools
-import itertools
 import operator
+import os
 import threading
 from array import array
-from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_size_t, c_uint64, c_void_p
+from ctypes import POINTER, byref, c_int32, c_int64, c_size_t, c_uint64, c_void_p
 
 from . import _ffi
 from . import _store_setup as _setup_args
 from . import _store_wire
+from ._store_args import (
+    _BYTES_MAX, _SIZE_CODE, _address, _bytes_address, _c_buffers, _c_keys, _codes, _ints,
+    _key_bytes, _key_list, _key_list_of_lists, _new_bytes, _ptrs_ok, _sizes_ok,
+)
+from ._store_config import ObjectDataType, ReplicateConfig, SoftPinAction
+from ._store_dummy import _LOCAL_IN_DUMMY, DummyLink, NotShared, _check_keys, _decode, _failed
 from ._store_dummy import ENCODE as _DUMMY_ENCODE
-from ._store_dummy import DummyLink, NotShared
-from ._store_ffi import MAX_REPLICAS, AllocFn, ReplicaC, ReplicateConfigC, StoreValue
+from ._store_ffi import MAX_REPLICAS, AllocFn, ReplicaC, StoreValue
 from ._store_tensor import TensorCalls
 from ._store_types import (
     BufferHandle, Descriptor, DiskDescriptor, MemoryDescriptor, MooncakeHostMemAllocator,
     ReplicaDescriptor, ReplicaStatus, alloc_shared, bind_to_numa_node, handle_of,
-    handle_of_bytes, shared_region, shared_regions,
+    shared_region, shared_regions,
 )
 
 __all__ = [
@@ -74,246 +76,6 @@ OBJECT_NOT_FOUND = -704
 MAX_KEY_LEN = 1 << 20
 
 _MiB = 1024 * 1024
-
-
-class SoftPinAction(enum.IntEnum):
-    """``ReplicateConfig.soft_pin_action`` (Mooncake's values)."""
-
-    PRESERVE = 0
-    ENABLE = 1
-    DISABLE = 2
-
-
-class ObjectDataType(enum.IntEnum):
-    """``ReplicateConfig.data_type`` (Mooncake's values; recorded nowhere here)."""
-
-    UNKNOWN = 0
-    KVCACHE = 1
-    TENSOR = 2
-    WEIGHT = 3
-    SAMPLE = 4
-    ACTIVATION = 5
-    GRADIENT = 6
-    OPTIMIZER_STATE = 7
-    METADATA = 8
-    GENERAL = 9
-
-
-class ReplicateConfig:
-    """Placement and pinning of a write (Mooncake's ``ReplicateConfig``, every field with
-    Mooncake's default).
-
-    Acted on: ``replica_num``; ``with_hard_pin``; ``preferred_segments`` and
-    ``preferred_segment`` (Mooncake's deprecated single form, tried first); soft pinning by
-    ``soft_pin_action=SoftPinAction.ENABLE`` (or the older ``with_soft_pin=True``), for the
-    master's ``--default_kv_soft_pin_ttl``; ``prefer_alloc_in_same_node``, which, as in
-    Mooncake, only ``batch_put_from_multi_buffers`` takes (needs ``replica_num == 1`` and no
-    NoF replicas; it places the value in this client's own segment when it has room) and every
-    other write refuses with -600; ``soft_pin_ttl_ms`` set without ``ENABLE`` is refused with
-    -600, as Mooncake's master does.
-
-    Accepted and not acted on: ``soft_pin_ttl_ms``'s value (the master's default TTL applies);
-    ``SoftPinAction.DISABLE`` (an existing soft pin stays until its TTL ends, as with
-    ``PRESERVE``); ``nof_replica_num``, ``dfs_replica_num`` and ``preferred_nof_segments``
-    (there are no NoF or DFS tiers); ``data_type``; ``group_ids`` and ``session_ids`` (no
-    group leases, group eviction or write sessions)."""
-
-    def __init__(self):
-        self.replica_num = 1
-        self.nof_replica_num = 0
-        self.dfs_replica_num = 0
-        self.soft_pin_action = SoftPinAction.PRESERVE
-        self.soft_pin_ttl_ms = None
-        self.with_soft_pin = False
-        self.with_hard_pin = False
-        self.preferred_segments = []
-        self.preferred_segment = ""
-        self.preferred_nof_segments = []
-        self.prefer_alloc_in_same_node = False
-        self.data_type = ObjectDataType.UNKNOWN
-        self.group_ids = None
-        self.session_ids = None
-
-    def _soft_pin(self):
-        """Whether the write soft-pins, or None when the fields conflict (a TTL without
-        ``ENABLE``, or an unknown action)."""
-        try:
-            action = SoftPinAction(operator.index(self.soft_pin_action))
-        except (TypeError, ValueError):
-            return None
-        if self.soft_pin_ttl_ms is not None and action != SoftPinAction.ENABLE:
-            return None
-        if action == SoftPinAction.DISABLE:
-            return False
-        return action == SoftPinAction.ENABLE or bool(self.with_soft_pin)
-
-    def _c(self, local=None):
-        """The C config, or None when Mooncake refuses this one (-600). ``local``: the calling
-        client's segment name, given by the calls that take ``prefer_alloc_in_same_node``."""
-        soft = self._soft_pin()
-        if soft is None:
-            return None
-        try:
-            replicas = operator.index(self.replica_num)
-        except TypeError:
-            return None
-        if replicas < 1:
-            return None  # Mooncake refuses replica_num=0 (and negatives) with -600
-        names = list(self.preferred_segments or [])
-        if self.preferred_segment:
-            names.insert(0, self.preferred_segment)
-        if self.prefer_alloc_in_same_node:
-            if local is None or self.replica_num != 1 or self.nof_replica_num:
-                return None
-            if local:
-                names.insert(0, local)
-        return ReplicateConfigC(
-            min(replicas, 1 << 31),
-            bool(self.with_hard_pin),
-            soft,
-            ",".join(names).encode() if names else None,
-        )
-
-    def __repr__(self):
-        return (
-            f"ReplicateConfig(replica_num={self.replica_num}, "
-            f"soft_pin_action={getattr(self.soft_pin_action, 'name', self.soft_pin_action)}, "
-            f"soft_pin_ttl_ms={self.soft_pin_ttl_ms}, with_hard_pin={self.with_hard_pin}, "
-            f"preferred_segments={self.preferred_segments!r}, "
-            f"preferred_segment={self.preferred_segment!r}, "
-            f"prefer_alloc_in_same_node={self.prefer_alloc_in_same_node}, "
-            f"group_ids={self.group_ids!r})"
-        )
-
-
-_new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
-_new_bytes.restype = ctypes.py_object
-_new_bytes.argtypes = [c_void_p, ctypes.c_ssize_t]
-_BYTES_MAX = 1 << 62
-
-
-def _bytes_address(b):
-    """Address of a ``bytes`` object's contents (no copy)."""
-    return ctypes.cast(c_char_p(b), c_void_p).value
-
-
-_PTR_CODE = "Q" if ctypes.sizeof(c_void_p) == 8 else "I"
-_SIZE_CODE = "Q" if ctypes.sizeof(c_size_t) == 8 else "I"
-
-
-def _key_bytes(key):
-    """A key as the library takes it: a ``str`` as its UTF-8 bytes (lone surrogates kept, so the
-    library refuses them as invalid UTF-8), ``bytes``/``bytearray`` as they are. Any other type
-    raises ``TypeError``."""
-    if type(key) is str:
-        return key.encode("utf-8", "surrogatepass")
-    if isinstance(key, str):
-        return str.encode(key, "utf-8", "surrogatepass")
-    if isinstance(key, (bytes, bytearray)):
-        return bytes(key)
-    raise TypeError(f"a store key must be str, not {type(key).__name__}")
-
-
-def _key_list(keys):
-    """A batch's keys as bytes (see ``_key_bytes``). A ``str`` or ``bytes`` where the list should
-    be, or something that is not iterable, raises ``TypeError``."""
-    if isinstance(keys, (str, bytes, bytearray)):
-        raise TypeError(f"store keys must be a list of str, not {type(keys).__name__}")
-    try:
-        it = iter(keys)
-    except TypeError:
-        raise TypeError(f"store keys must be a list of str, not {type(keys).__name__}") from None
-    return [_key_bytes(k) for k in it]
-
-
-def _key_list_of_lists(groups):
-    """``get_into_ranges``' ``all_keys``: a list of key lists (``TypeError`` otherwise)."""
-    if isinstance(groups, (str, bytes, bytearray)):
-        raise TypeError(f"all_keys must be a list of lists of str, not {type(groups).__name__}")
-    try:
-        return list(groups)
-    except TypeError:
-        raise TypeError(
-            f"all_keys must be a list of lists of str, not {type(groups).__name__}"
-        ) from None
-
-
-def _c_keys(enc):
-    """Encoded keys as the C arrays the library reads (pointers, then lengths), and what keeps
-    them alive: one joined buffer, pointers into it and the lengths, built by C loops (768 keys:
-    ~120 us; a ``c_char_p`` array ~190 us). Every key keeps all its bytes, NULs included."""
-    if not enc:
-        return (c_char_p * 0)(), (c_size_t * 0)(), enc
-    blob = b"".join(enc)
-    base = ctypes.cast(c_char_p(blob), c_void_p).value
-    lens = array(_SIZE_CODE, map(len, enc))
-    ptrs = array(_PTR_CODE, itertools.accumulate(lens[:-1], initial=base))
-    return (
-        ctypes.cast(ptrs.buffer_info()[0], POINTER(c_char_p)),
-        ctypes.cast(lens.buffer_info()[0], POINTER(c_size_t)),
-        (blob, ptrs, lens),
-    )
-
-
-def _keys(keys):
-    """``_c_keys`` of ``_key_list(keys)``."""
-    return _c_keys(_key_list(keys))
-
-
-def _codes(n):
-    """Per-key results for the library to fill: (array("i") of ``n`` zeros, its pointer).
-    ``.tolist()`` on it is much cheaper than ``list()`` of a ctypes array."""
-    out = array("i", bytes(4 * n))
-    return out, ctypes.cast(out.buffer_info()[0], POINTER(c_int32))
-
-
-def _address(value):
-    """(address, length, keepalive) of a bytes-like object, without copying when possible."""
-    if isinstance(value, bytes):
-        return ctypes.cast(c_char_p(value), c_void_p).value or 0, len(value), value
-    mv = memoryview(value)
-    if not mv.c_contiguous:
-        data = mv.tobytes()
-        return _address(data)
-    mv = mv.cast("B")
-    if mv.readonly:
-        data = mv.tobytes()
-        return _address(data)
-    n = mv.nbytes
-    if n == 0:
-        return 0, 0, mv
-    arr = (ctypes.c_char * n).from_buffer(mv)
-    return ctypes.addressof(arr), n, (mv, arr)
-
-
-def _ints(values, limit):
-    """Integers (anything with ``__index__``, e.g. numpy scalars) in ``[0, limit)``, or None."""
-    out = []
-    for v in values:
-        if isinstance(v, bool):
-            return None
-        try:
-            i = operator.index(v)
-        except TypeError:
-            return None
-        if not 0 <= i < limit:
-            return None
-        out.append(i)
-    return out
-
-
-def _sizes_ok(sizes):
-    return _ints(sizes, 1 << 63) is not None
-
-
-def _ptrs_ok(ptrs):
-    return _ints(ptrs, 1 << 64) is not None
-
-
-def _c_buffers(ptrs, sizes):
-    """Checked addresses and sizes (see ``_settled_by_args``) as C arrays."""
-    n = len(ptrs)
-    return (c_void_p * n)(*_ints(ptrs, 1 << 64)), (c_uint64 * n)(*_ints(sizes, 1 << 63))
 
 
 class MooncakeDistributedStore(TensorCalls):
@@ -1021,73 +783,6 @@ class MooncakeDistributedStore(TensorCalls):
         if self._h is None:
             return INTERNAL_ERROR
         return _ffi.lib().tw_store_remove_all(self._h, bool(force))
-
-
-#: Methods a dummy client runs itself.
-_LOCAL_IN_DUMMY = {"register_buffer", "unregister_buffer"}
-
-#: Result shapes by method, for a call that fails as a whole (see ``_failed``).
-_LIST_CODE = {
-    "batch_put_from", "batch_upsert_from", "batch_put_from_multi_buffers",
-    "batch_get_into_multi_buffers", "batch_get_into", "batch_remove", "batch_get_session_start",
-    "batch_get_into_multi_buffer_ranges", "batch_put_tensor", "batch_upsert_tensor",
-    "batch_pub_tensor", "batch_upsert_pub_tensor", "batch_put_tensor_from",
-    "batch_upsert_tensor_from",
-}
-_LIST_NONE = {"batch_get_buffer", "batch_get_tensor", "batch_get_tensor_into"}
-_NONE = {"get_buffer", "get_tensor", "get_tensor_into"}
-
-
-def _failed(name, args, code):
-    """What method ``name`` returns when the whole call fails with ``code``."""
-    n = len(args[0]) if args and isinstance(args[0], (list, tuple)) else 1
-    if name in _LIST_CODE:
-        return [code] * n
-    if name == "batch_is_exist":
-        return [-1] * n
-    if name in _LIST_NONE:
-        return [None] * n
-    if name == "get_batch":
-        return [b""] * n
-    if name in _NONE:
-        return None
-    if name == "get":
-        return b""
-    if name == "is_exist":
-        return -1
-    if name == "batch_get_replica_desc":
-        return {}
-    if name == "get_replica_desc":
-        return []
-    return code
-
-
-def _check_keys(name, args, kwargs):
-    """The ``TypeError`` a call with keys of the wrong type raises, before anything else."""
-    if name == "get_into_ranges":
-        for ks in _key_list_of_lists(args[1] if len(args) > 1 else kwargs.get("all_keys", [])):
-            _key_list(ks)
-    elif name in ("remove_all", "health_check", "remove_by_regex"):
-        return
-    elif args:
-        (_key_list if name.startswith("batch_") or name in ("put_batch", "upsert_batch",
-                                                           "get_batch") else _key_bytes)(args[0])
-
-
-def _decode(name, r):
-    """A dummy call's result as the method returns it."""
-    if name == "get":
-        return base64.b64decode(r)
-    if name == "get_batch":
-        return [base64.b64decode(v) for v in r]
-    if name == "get_buffer":
-        return None if r is None else handle_of_bytes(base64.b64decode(r))
-    if name == "batch_get_buffer":
-        return [None if v is None else handle_of_bytes(base64.b64decode(v)) for v in r]
-    if name == "batch_get_replica_desc":
-        return {k: [ReplicaDescriptor(MemoryDescriptor(Descriptor(*d))) for d in reps]
-                for k, reps in r.items()}
-    return r
 
 
 def _counted(fn):
