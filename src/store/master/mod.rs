@@ -12,7 +12,7 @@ pub mod segments;
 pub mod server;
 
 use crate::metadata::etcd_journal_writer::JournalWriter;
-use crate::store::proto::{KeyVersion, Reply, Request, StartResult, code};
+use crate::store::proto::{KeyVersion, REMOVE_STRETCH_MS, Reply, Request, StartResult, code};
 use metrics::Metrics;
 use objects::Objects;
 use segments::{Segments, Strategy};
@@ -259,10 +259,7 @@ impl Master {
             Request::Get { client_id, keys } => Reply::Replicas {
                 lease_ms: self.cfg.lease_ttl.as_millis() as u64,
                 hold_ms: self.cfg.read_hold_max.max(self.cfg.lease_ttl).as_millis() as u64,
-                results: keys
-                    .iter()
-                    .map(|k| self.objs.get(k, client_id, &self.cfg))
-                    .collect(),
+                results: self.objs.get(&keys, client_id, &self.cfg, &self.segs),
             },
             Request::ReadDone { client_id, items } => {
                 items
@@ -286,7 +283,7 @@ impl Master {
                 return None;
             }
             Request::Exist { keys } => Reply::Codes {
-                codes: keys.iter().map(|k| self.objs.exist(k, &self.cfg)).collect(),
+                codes: self.objs.exist(&keys, &self.cfg),
             },
             Request::Remove { keys, force } => Reply::Codes {
                 codes: keys
@@ -294,26 +291,40 @@ impl Master {
                     .map(|k| self.objs.remove(k, force, &self.segs, &self.cfg))
                     .collect(),
             },
-            Request::RemoveByRegex { pattern, force } => match regex::Regex::new(&pattern) {
-                Ok(re) => Reply::Count {
-                    count: self.objs.remove_matching(
-                        |k| re.is_match(k),
-                        force,
-                        &self.segs,
-                        &self.cfg,
-                    ),
-                },
+            Request::RemoveByRegex {
+                pattern,
+                force,
+                from,
+            } => match regex::Regex::new(&pattern) {
+                Ok(re) => self.remove_walk(|k| re.is_match(k), force, from),
                 Err(e) => Reply::Error {
                     code: code::INVALID_PARAMS,
                     message: format!("bad regex: {e}"),
                 },
             },
-            Request::RemoveAll { force } => Reply::Count {
-                count: self
-                    .objs
-                    .remove_matching(|_| true, force, &self.segs, &self.cfg),
-            },
+            Request::RemoveAll { force, from } => self.remove_walk(|_| true, force, from),
         })
+    }
+
+    /// A mass removal: one stretch of at most [`REMOVE_STRETCH_MS`] from the cursor `from`,
+    /// or, without a cursor, the whole walk (still letting go of each shard between chunks).
+    fn remove_walk(&self, pred: impl Fn(&str) -> bool, force: bool, from: Option<u64>) -> Reply {
+        let budget = from.map(|_| Duration::from_millis(REMOVE_STRETCH_MS));
+        let start = from.unwrap_or(objects::WALK_START);
+        match self
+            .objs
+            .remove_matching(pred, force, &self.segs, &self.cfg, start, budget)
+        {
+            Ok(s) if from.is_some() => Reply::Removed {
+                count: s.removed,
+                next: s.next,
+            },
+            Ok(s) => Reply::Count { count: s.removed },
+            Err(m) => Reply::Error {
+                code: code::INVALID_PARAMS,
+                message: m,
+            },
+        }
     }
 
     /// Allocates, evicting once when the segments are full.
@@ -321,7 +332,7 @@ impl Master {
         &self,
         size: u64,
         config: &crate::store::proto::WriteConfig,
-    ) -> Result<Vec<segments::Replica>, i32> {
+    ) -> Result<segments::Placed, i32> {
         match self.segs.allocate(size, config, self.cfg.strategy) {
             Err(code::NO_AVAILABLE_HANDLE) => {
                 let (_, _, cap) = self.segs.usage();
@@ -338,7 +349,7 @@ impl Master {
         }
     }
 
-    fn unmount(&self, ids: &HashSet<u64>) {
+    fn unmount(&self, ids: &HashSet<u32>) {
         self.journal_unmount(ids);
         for id in ids {
             self.segs.unmount(*id);
@@ -418,7 +429,7 @@ impl Master {
             }
         }
         for id in expired {
-            let segs: HashSet<u64> = self.segs.of_client(id).into_iter().collect();
+            let segs: HashSet<u32> = self.segs.of_client(id).into_iter().collect();
             tw_log!(
                 crate::log::Level::Warn,
                 "master: client {id:#x} missed its heartbeats; unmounting {} segment(s)",
@@ -466,7 +477,7 @@ impl Master {
 
     /// One key's complete value: size, replicas, lease, pins.
     pub fn query_key(&self, key: &str) -> Result<objects::KeyInfo, i32> {
-        self.objs.peek(key)
+        self.objs.peek(key, &self.segs)
     }
 
     /// Every mounted segment with its usage, sorted by name.
