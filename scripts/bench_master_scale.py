@@ -13,15 +13,19 @@ large enough for every value:
 - fills N objects: 64-char hex keys (sha256 of the index), 64-byte values, batch_put_from in
   batches of 1024 from one registered buffer; then batch_is_exist and batch_get_into over all of
   them (each result checked). Keys/s counts only the time inside the store calls;
-- reads the master's RSS (VmRSS of /proc/PID/status) before the fill and after it, and reports
-  (after - before) / N as bytes per object;
+- reads the master's RSS (VmRSS of /proc/PID/status) when it is fresh, when it is empty (after
+  a warm-up of 1,024 objects put, read, probed by the 8 threads and removed, so its
+  connections and code paths are in place), and after the fill; (full - empty) / N is the
+  bytes per object;
 - times 2,000 single is_exist calls on random stored keys while nothing else runs (p50, p99);
 - runs 8 threads of 1024-key batch_is_exist in a loop for a few seconds: aggregate keys/s and
   the master's CPU time (utime + stime of /proc/PID/stat) per million keys;
 - calls remove_all(force=True) while a second client process calls is_exist on one key in a
   loop: the time remove_all took, what it returned, and the probe's worst and p99 wait and how
-  many probes were answered while it ran;
-- reads the master's RSS right after remove_all and again after a short settle.
+  many probes were answered while it ran; the same probe over a window before it, with nothing
+  else running, is the machine's own noise for reference;
+- reads the master's RSS right after remove_all and again after a short settle (the probe goes
+  on meanwhile: a master giving memory back must not stall it either).
 
 Every child process runs under a deadline; every master is stopped by its PID. Prints one JSON
 line per (size, master) and a markdown table at the end (medians where --repeat > 1).
@@ -46,6 +50,8 @@ REPO = os.path.dirname(HERE)
 MiB = 1 << 20
 VALUE = 64
 BATCH = 1024
+# Warm-up keys come from indexes no run reaches.
+WARM = 1 << 62
 IMPLS = ("tidewire", "mooncake")
 
 
@@ -97,7 +103,9 @@ def start_master(impl, lease_ms):
         cmd = [os.path.join(os.path.dirname(sys.executable), "mooncake_master"),
                "--rpc_address=127.0.0.1", f"--rpc_port={port}",
                f"--metrics_port={free_port()}", f"--default_kv_lease_ttl={lease_ms}"]
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = open(os.environ["BENCH_MASTER_LOG"], "a") if os.environ.get("BENCH_MASTER_LOG") \
+        else subprocess.DEVNULL
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.time() + 20
     while time.time() < deadline:
         try:
@@ -135,8 +143,10 @@ def quantile(xs, q):
 
 # ------------------------------------------------------------------------------ prober
 def prober(args):
-    """A second client: waits for "start", then calls is_exist on one key in a loop until
-    "stop"; prints the waits (ms)."""
+    """A second client: after "start", calls is_exist on one key in a loop; the waits before the
+    first "mark" are the idle reference, those up to the second one happen during the removal,
+    those after it while the master settles (and gives memory back); after "stop" prints the
+    three (ms)."""
     mod = store_module(args.impl)
     s = setup(mod, args.master, 0, 16 * MiB)
     k = key(0)
@@ -144,15 +154,27 @@ def prober(args):
     if sys.stdin.readline().strip() != "start":
         s.close()
         return
-    stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
-    waits = []
-    while not stop.is_set():
+    phase = [0]
+
+    def follow():
+        for _ in range(3):
+            sys.stdin.readline()
+            phase[0] += 1
+
+    threading.Thread(target=follow, daemon=True).start()
+    waits = ([], [], [])
+    while phase[0] < 3:
+        p = phase[0]
         t = time.perf_counter()
         s.is_exist(k)
-        waits.append((time.perf_counter() - t) * 1000)
-    print(json.dumps({"n": len(waits), "max_ms": max(waits, default=0.0),
-                      "p99_ms": quantile(waits, 0.99) if waits else 0.0}), flush=True)
+        waits[p].append((time.perf_counter() - t) * 1000)
+
+    def stats(w):
+        return {"n": len(w), "max_ms": max(w, default=0.0),
+                "p99_ms": quantile(w, 0.99) if w else 0.0}
+
+    print(json.dumps({"idle": stats(waits[0]), "during": stats(waits[1]),
+                      "settle": stats(waits[2])}), flush=True)
     s.close()
 
 
@@ -184,8 +206,66 @@ def driver(args):
     dptrs = [dst.addr + j * VALUE for j in range(BATCH)]
     sizes = [VALUE] * BATCH
     cfg = mod.ReplicateConfig()
-    time.sleep(1.0)
-    out["rss_empty"] = rss_bytes(pid)
+    out["rss_fresh"] = rss_bytes(pid)
+    # The second client (it probes during remove_all) connects now, and a warm-up opens the
+    # connections the 8-thread loop uses and runs every call once, so "empty" is the master
+    # with its connections and code paths in place, holding no object.
+    pr = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", "prober",
+                           "--impl", args.impl, "--master", args.master],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        while (ln := pr.stdout.readline()) and ln.strip() != "READY":
+            pass
+        warm = [key(WARM + j) for j in range(BATCH)]
+        assert set(s.batch_put_from(warm, ptrs, sizes, cfg)) == {0}
+        assert set(s.batch_get_into(warm, dptrs, sizes)) == {VALUE}
+        mt_exist(s, [warm], args.threads, 0.5)
+        assert set(s.batch_remove(warm, True)) == {0}
+        time.sleep(1.5)
+        out["rss_empty"] = rss_bytes(pid)
+        measure(s, args, out, pr, ptrs, dptrs, sizes, cfg)
+    finally:
+        if pr.poll() is None:
+            pr.kill()
+            pr.wait()
+    s.unregister_buffer(src.addr)
+    s.unregister_buffer(dst.addr)
+    s.close()
+    print(json.dumps(out), flush=True)
+
+
+def mt_exist(s, sets, threads, seconds):
+    """`threads` threads of batch_is_exist over `sets` for `seconds`: (keys done, wall s)."""
+    stop = threading.Event()
+    done = [0] * threads
+    errors = []
+
+    def loop(w):
+        i = w
+        while not stop.is_set():
+            ks = sets[i % len(sets)]
+            r = s.batch_is_exist(ks)
+            if r.count(1) != len(ks):
+                errors.append(r[:4])
+                return
+            done[w] += len(ks)
+            i += 1
+
+    ts = [threading.Thread(target=loop, args=(w,)) for w in range(threads)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in ts:
+        t.join()
+    if errors:
+        raise RuntimeError(f"batch_is_exist {errors[0]}")
+    return sum(done), time.perf_counter() - t0
+
+
+def measure(s, args, out, pr, ptrs, dptrs, sizes, cfg):
+    n, pid = args.n, args.master_pid
 
     def all_eq(want):
         def check(r, ks):
@@ -218,73 +298,41 @@ def driver(args):
 
     # 8 threads x 1024-key batch_is_exist in a loop.
     sets = [keys(b * BATCH, b * BATCH + BATCH) for b in range(min(16, n // BATCH))]
-    stop = threading.Event()
-    done = [0] * args.threads
-    errors = []
-
-    def loop(w):
-        i = w
-        while not stop.is_set():
-            ks = sets[i % len(sets)]
-            r = s.batch_is_exist(ks)
-            if r.count(1) != len(ks):
-                errors.append(r[:4])
-                return
-            done[w] += len(ks)
-            i += 1
-
-    ts = [threading.Thread(target=loop, args=(w,)) for w in range(args.threads)]
-    c0, t0 = cpu_seconds(pid), time.perf_counter()
-    for t in ts:
-        t.start()
-    time.sleep(args.loop_s)
-    stop.set()
-    for t in ts:
-        t.join()
-    wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
-    if errors:
-        raise RuntimeError(f"{args.impl}: batch_is_exist {errors[0]}")
-    total = sum(done)
+    c0 = cpu_seconds(pid)
+    total, wall = mt_exist(s, sets, args.threads, args.loop_s)
+    cpu = cpu_seconds(pid) - c0
     out["mt_exist_keys_s"] = total / wall
     out["mt_master_cpu_s_per_m"] = cpu / (total / 1e6) if total else 0.0
     out["mt_master_cpu_cores"] = cpu / wall
 
     # remove_all while another client probes is_exist.
     time.sleep(args.lease_ms / 1000 + 0.5)
-    pr = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", "prober",
-                           "--impl", args.impl, "--master", args.master],
-                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        while (ln := pr.stdout.readline()) and ln.strip() != "READY":
-            pass
-        pr.stdin.write("start\n")
-        pr.stdin.flush()
-        time.sleep(0.3)
-        t = time.perf_counter()
-        removed = s.remove_all(True)
-        out["remove_all_s"] = time.perf_counter() - t
-        out["remove_all_result"] = removed
-        time.sleep(0.3)
-        pr.stdin.write("stop\n")
-        pr.stdin.flush()
-        while (ln := pr.stdout.readline()) and not ln.startswith("{"):
-            pass
-        probe = json.loads(ln) if ln else {}
-        pr.wait(timeout=60)
-    finally:
-        if pr.poll() is None:
-            pr.kill()
-            pr.wait()
-    out["probe_during_remove"] = probe
+    pr.stdin.write("start\n")
+    pr.stdin.flush()
+    # The idle reference: the same probe for a while with nothing else running.
+    time.sleep(args.idle_probe_s)
+    pr.stdin.write("mark\n")
+    pr.stdin.flush()
+    t = time.perf_counter()
+    removed = s.remove_all(True)
+    out["remove_all_s"] = time.perf_counter() - t
+    out["remove_all_result"] = removed
+    pr.stdin.write("mark\n")
+    pr.stdin.flush()
     out["rss_after_remove"] = rss_bytes(pid)
     time.sleep(args.settle_s)
     out["rss_after_settle"] = rss_bytes(pid)
+    pr.stdin.write("stop\n")
+    pr.stdin.flush()
+    while (ln := pr.stdout.readline()) and not ln.startswith("{"):
+        pass
+    probe = json.loads(ln) if ln else {}
+    pr.wait(timeout=60)
+    out["probe_idle"] = probe.get("idle", {})
+    out["probe_during_remove"] = probe.get("during", {})
+    out["probe_settle"] = probe.get("settle", {})
     left = s.batch_is_exist(keys(0, min(n, BATCH)))
     out["left_after_remove"] = left.count(1)
-    s.unregister_buffer(src.addr)
-    s.unregister_buffer(dst.addr)
-    s.close()
-    print(json.dumps(out), flush=True)
 
 
 # ------------------------------------------------------------------------------ orchestrator
@@ -294,7 +342,8 @@ def run_one(impl, n, args):
         cmd = [sys.executable, os.path.abspath(__file__), "--role", "driver", "--impl", impl,
                "--master", addr, "--master-pid", str(master.pid), "--n", str(n),
                "--threads", str(args.threads), "--loop-s", str(args.loop_s),
-               "--settle-s", str(args.settle_s), "--lease-ms", str(args.lease_ms)]
+               "--settle-s", str(args.settle_s), "--lease-ms", str(args.lease_ms),
+               "--idle-probe-s", str(args.idle_probe_s)]
         budget = 120 + n / 10_000
         r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=budget)
         lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
@@ -313,14 +362,15 @@ def fmt_table(results, sizes):
         xs = [r[f] for r in results if r["impl"] == impl and r["n"] == n and f in r]
         return statistics.median(xs) if xs else None
 
-    def probe(impl, n, f):
-        xs = [r["probe_during_remove"].get(f) for r in results
-              if r["impl"] == impl and r["n"] == n and r.get("probe_during_remove")]
+    def probe(impl, n, f, which="probe_during_remove"):
+        xs = [r[which].get(f) for r in results
+              if r["impl"] == impl and r["n"] == n and r.get(which)]
         return statistics.median(xs) if xs else None
 
-    mib = lambda b: f"{b / MiB:,.0f}"
+    mib = lambda b: f"{b / MiB:,.1f}"
     rows = [
-        ("master RSS empty (MiB)", lambda i, n: mib(med(i, n, "rss_empty"))),
+        ("master RSS fresh / empty (MiB)",
+         lambda i, n: f"{mib(med(i, n, 'rss_fresh'))} / {mib(med(i, n, 'rss_empty'))}"),
         ("master RSS full (MiB)", lambda i, n: mib(med(i, n, "rss_full"))),
         ("bytes/object", lambda i, n: f"{med(i, n, 'bytes_per_object'):,.0f}"),
         ("put keys/s", lambda i, n: f"{med(i, n, 'put_keys_s'):,.0f}"),
@@ -335,8 +385,16 @@ def fmt_table(results, sizes):
         ("probe is_exist worst / p99 during it (ms)",
          lambda i, n: f"{probe(i, n, 'max_ms'):.1f} / {probe(i, n, 'p99_ms'):.1f}"),
         ("probes answered during it", lambda i, n: f"{probe(i, n, 'n'):.0f}"),
+        ("same probe idle, worst / p99 (ms)",
+         lambda i, n: f"{probe(i, n, 'max_ms', 'probe_idle'):.1f} / "
+                      f"{probe(i, n, 'p99_ms', 'probe_idle'):.1f}"),
         ("RSS after remove_all (MiB)", lambda i, n: mib(med(i, n, "rss_after_remove"))),
         ("RSS after settle (MiB)", lambda i, n: mib(med(i, n, "rss_after_settle"))),
+        ("  after settle / empty",
+         lambda i, n: f"{med(i, n, 'rss_after_settle') / med(i, n, 'rss_empty'):.2f}"),
+        ("probe while settling, worst / p99 (ms)",
+         lambda i, n: f"{probe(i, n, 'max_ms', 'probe_settle'):.1f} / "
+                      f"{probe(i, n, 'p99_ms', 'probe_settle'):.1f}"),
     ]
     impls = [i for i in IMPLS if any(r["impl"] == i for r in results)]
     cols = [(i, n) for n in sizes for i in impls]
@@ -362,6 +420,7 @@ def main():
     ap.add_argument("--loop-s", type=float, default=5.0)
     ap.add_argument("--settle-s", type=float, default=3.0)
     ap.add_argument("--lease-ms", type=int, default=1000)
+    ap.add_argument("--idle-probe-s", type=float, default=2.0)
     ap.add_argument("--role", choices=["driver", "prober"])
     ap.add_argument("--impl", choices=IMPLS)
     ap.add_argument("--master")

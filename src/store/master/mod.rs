@@ -21,6 +21,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
+/// Objects removed after which the master gives freed memory back to the OS.
+const TRIM_AFTER: u64 = 65_536;
+
+/// Returns the heap's free pages to the OS (glibc keeps freed small allocations in its arenas).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn give_memory_back() {
+    // SAFETY: malloc_trim only releases free memory inside the allocator; it takes each arena's
+    // lock itself and is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Other allocators return memory on their own terms.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn give_memory_back() {}
+
 /// Master behaviour (mooncake_master's flags, same defaults).
 #[derive(Debug, Clone)]
 pub struct MasterConfig {
@@ -81,6 +98,8 @@ pub struct Master {
     ticks: AtomicU64,
     /// Allocated bytes when the last watermark eviction freed nothing (skip until it changes).
     stuck_at: AtomicU64,
+    /// Objects removed (not yet given back to the OS) as the previous sweep saw them.
+    removed_seen: AtomicU64,
     /// HA: while set, every request is refused with this message (a standby, or a leader still
     /// rebuilding its state).
     standby: RwLock<Option<String>>,
@@ -99,6 +118,7 @@ impl Master {
             metrics: Metrics::default(),
             ticks: AtomicU64::new(0),
             stuck_at: AtomicU64::new(u64::MAX),
+            removed_seen: AtomicU64::new(0),
             standby: RwLock::new(None),
             journal: OnceLock::new(),
         }
@@ -379,6 +399,7 @@ impl Master {
         let alive = self.heartbeating();
         self.objs
             .sweep(&self.segs, &self.cfg, &|c| alive.contains(&c));
+        self.trim_after_removals();
         let (_, used, cap) = self.segs.usage();
         if cap > 0
             && used as f64 >= cap as f64 * self.cfg.eviction_high_watermark
@@ -392,6 +413,27 @@ impl Master {
                 self.stuck_at.store(used, Ordering::Relaxed);
             }
         }
+    }
+
+    /// After a mass removal (at least [`TRIM_AFTER`] objects, and no more removed since the
+    /// previous sweep, or far more than that while removals go on), gives the memory the
+    /// allocator keeps free back to the OS. The slabs were compacted already (by the removal
+    /// walk and the sweep); what is left is the allocator's free space, mostly the freed keys.
+    fn trim_after_removals(&self) {
+        let removed = self.objs.removed_lately();
+        let seen = self.removed_seen.swap(removed, Ordering::Relaxed);
+        if removed < TRIM_AFTER || (removed != seen && removed < 16 * TRIM_AFTER) {
+            return;
+        }
+        self.objs.take_removed();
+        self.removed_seen.store(0, Ordering::Relaxed);
+        let t = Instant::now();
+        give_memory_back();
+        tw_log!(
+            crate::log::Level::Debug,
+            "master: {removed} objects removed; freed memory given back to the OS in {:?}",
+            t.elapsed()
+        );
     }
 
     /// A client silent for `client_ttl` is suspended (no new placements on its segments; it
