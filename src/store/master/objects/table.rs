@@ -164,3 +164,59 @@ impl Table {
 fn rehash(hasher: &RandomState, slots: &[Option<Object>], i: u32) -> u64 {
     hasher.hash_one(slots[i as usize].as_ref().map_or("", |o| o.key.as_ref()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Object, Objects};
+    use super::Table;
+    use std::hash::BuildHasher;
+
+    #[test]
+    fn records_are_compact_and_slots_are_reused() {
+        assert_eq!(std::mem::size_of::<Option<Object>>(), 104);
+        let objs = Objects::default();
+        let mut t = Table::new(objs.hasher.clone());
+        let n = 100_000u32;
+        let keys: Vec<String> = (0..n).map(|i| format!("{i:064x}")).collect();
+        for k in &keys {
+            let h = objs.hasher.hash_one(k.as_str());
+            t.insert(h, Object::new(k, false, 1));
+        }
+        // Slab and index: 104 bytes a record (at most as many spare, as a Vec grows), and
+        // the index.
+        let per = t.footprint() as f64 / f64::from(n);
+        assert!(per < 104.0 * 2.0 + 12.0, "{per} bytes per object");
+        for (i, k) in keys.iter().enumerate() {
+            let h = objs.hasher.hash_one(k.as_str());
+            assert_eq!(t.find(h, k), Some(i as u32));
+        }
+        // Free slots are reused, and a table half empty compacts (records move, keys stay
+        // found).
+        for i in (0..n).step_by(2) {
+            assert!(t.remove(i).is_some());
+        }
+        assert!(t.remove(0).is_none(), "a free slot holds nothing");
+        let h = objs.hasher.hash_one("again");
+        assert_eq!(t.insert(h, Object::new("again", false, 1)), n - 2);
+        t.remove(n - 2);
+        let layout = t.layout;
+        assert!(t.compact());
+        assert_ne!(t.layout, layout);
+        assert_eq!(t.slots(), t.len());
+        assert_eq!(t.len(), n as usize / 2);
+        assert_eq!(t.insert(h, Object::new("again", false, 1)), n / 2);
+        for (i, k) in keys.iter().enumerate().filter(|(i, _)| i % 2 == 1) {
+            let h = objs.hasher.hash_one(k.as_str());
+            let slot = t.find(h, k).unwrap_or_else(|| panic!("{i} lost"));
+            assert_eq!(&*t.get(slot).unwrap().key, k.as_str());
+        }
+        assert!(t.find(objs.hasher.hash_one("again"), "again").is_some());
+        // Emptied, it lets go of everything.
+        let slots: Vec<u32> = t.iter().map(|(s, _)| s).collect();
+        for s in slots {
+            t.remove(s);
+        }
+        assert!(t.compact());
+        assert_eq!(t.footprint(), 0);
+    }
+}
