@@ -371,6 +371,13 @@ impl Segments {
     /// `NO_AVAILABLE_HANDLE` when not even one fits.
     pub fn allocate(&self, len: u64, cfg: &WriteConfig, strategy: Strategy) -> Result<Placed, i32> {
         let want = cfg.replica_num.max(1) as usize;
+        let preferences = !cfg.preferred_segments.is_empty()
+            || (strategy == Strategy::LocalFirst && !cfg.local_segment.is_empty());
+        if want == 1 && !preferences {
+            if let Some(p) = self.allocate_one(len, strategy) {
+                return Ok(p);
+            }
+        }
         let segs: Vec<Arc<Segment>> = {
             let t = self.table.read().unwrap_or_else(|e| e.into_inner());
             if t.by_id.is_empty() {
@@ -454,6 +461,54 @@ impl Segments {
         } else {
             Ok(out)
         }
+    }
+}
+
+impl Segments {
+    /// The common case (one replica, no preferred segment): the segment the strategy ranks
+    /// first, found in one pass under the table's read lock, with no list built. `None` when
+    /// it has no room (the caller then tries every segment in order).
+    fn allocate_one(&self, len: u64, strategy: Strategy) -> Option<Placed> {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let mut best: Option<(f64, &Arc<Segment>)> = None;
+        let mut placeable = t.by_id.values().filter(|s| s.placeable());
+        let only = placeable.clone().nth(1).is_none();
+        for s in &mut placeable {
+            if only {
+                best = Some((0.0, s));
+                break;
+            }
+            let (free, size) = {
+                let a = s.alloc.lock().unwrap_or_else(|e| e.into_inner());
+                ((a.size() - a.used()) as f64, a.size().max(1) as f64)
+            };
+            // Lower ranks first: the largest free fraction, or an exponential draw weighted
+            // by free bytes (the first element of the weighted shuffle `allocate` does).
+            let rank = match strategy {
+                Strategy::FreeRatioFirst => -(free / size),
+                _ => {
+                    let u = ((self.next_random() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+                    -u.ln() / free.max(1.0)
+                }
+            };
+            if best.is_none_or(|(r, b)| rank < r || (rank == r && s.id < b.id)) {
+                best = Some((rank, s));
+            }
+        }
+        let (_, s) = best?;
+        let offset = s
+            .alloc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .alloc(len)?;
+        Some(Placed {
+            replicas: vec![Replica { seg: s.id, offset }],
+            descs: vec![ReplicaDesc {
+                endpoint: s.name.to_string(),
+                addr: s.base + offset,
+                len,
+            }],
+        })
     }
 }
 
