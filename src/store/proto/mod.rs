@@ -156,6 +156,18 @@ pub struct GetResult {
     pub replicas: Vec<ReplicaDesc>,
 }
 
+impl GetResult {
+    /// A key that cannot be read (`code`), with nothing else.
+    pub fn miss(code: i32) -> GetResult {
+        GetResult {
+            code,
+            size: 0,
+            version: 0,
+            replicas: Vec::new(),
+        }
+    }
+}
+
 /// A client's request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Request {

@@ -579,23 +579,27 @@ impl Objects {
         segs.with_view(|view| {
             found
                 .into_iter()
-                .map(|f| match f {
-                    Ok((size, version, reps)) => GetResult {
+                .map(|f| {
+                    let (size, version, reps) = match f {
+                        Ok(found) => found,
+                        Err(code) => return GetResult::miss(code),
+                    };
+                    let replicas: Vec<_> = reps
+                        .as_slice()
+                        .iter()
+                        .filter_map(|r| view.desc(r, size))
+                        .collect();
+                    if replicas.is_empty() {
+                        // Its segments were unmounted since the shard was read: the object
+                        // went with them.
+                        return GetResult::miss(code::OBJECT_NOT_FOUND);
+                    }
+                    GetResult {
                         code: code::OK,
                         size,
                         version,
-                        replicas: reps
-                            .as_slice()
-                            .iter()
-                            .filter_map(|r| view.desc(r, size))
-                            .collect(),
-                    },
-                    Err(code) => GetResult {
-                        code,
-                        size: 0,
-                        version: 0,
-                        replicas: Vec::new(),
-                    },
+                        replicas,
+                    }
                 })
                 .collect()
         })
