@@ -56,24 +56,40 @@ impl StoreClient {
         self.codes(keys, |keys| Request::Remove { keys, force })
     }
 
-    fn count(&self, req: Request) -> i64 {
-        match self.shared.conn.call(&req) {
-            Ok(Reply::Count { count }) => count,
-            Ok(_) => code::RPC_FAIL as i64,
-            Err(e) => e.code as i64,
+    /// A mass removal in stretches: each call removes for at most the master's stretch time
+    /// (well inside the reply deadline, however many objects there are) and says where to go
+    /// on; the counts add up to what was removed. A master that does it all in one answer
+    /// (`Reply::Count`) is taken at its word.
+    fn removed(&self, make: impl Fn(Option<u64>) -> Request) -> i64 {
+        let mut total = 0i64;
+        let mut from = 0u64;
+        loop {
+            match self.shared.conn.call(&make(Some(from))) {
+                Ok(Reply::Removed { count, next }) => {
+                    total = total.saturating_add(count);
+                    match next {
+                        Some(n) => from = n,
+                        None => return total,
+                    }
+                }
+                Ok(Reply::Count { count }) => return total.saturating_add(count),
+                Ok(_) => return code::RPC_FAIL as i64,
+                Err(e) => return e.code as i64,
+            }
         }
     }
 
     /// Removes keys matching `pattern`; the count, or a negative code.
     pub fn remove_by_regex(&self, pattern: &str, force: bool) -> i64 {
-        self.count(Request::RemoveByRegex {
+        self.removed(|from| Request::RemoveByRegex {
             pattern: pattern.to_string(),
             force,
+            from,
         })
     }
 
     /// Removes every key; the count, or a negative code.
     pub fn remove_all(&self, force: bool) -> i64 {
-        self.count(Request::RemoveAll { force })
+        self.removed(|from| Request::RemoveAll { force, from })
     }
 }

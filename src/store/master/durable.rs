@@ -17,24 +17,33 @@ use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// A complete object's record.
-pub fn put_record(key: &str, size: u64, replicas: &[Replica], hard_pin: bool) -> String {
+/// A complete object's record; `replicas` are (segment name, offset) of `size` bytes each.
+pub fn put_record(key: &str, size: u64, replicas: &[(Arc<str>, u64)], hard_pin: bool) -> String {
     json!({"op": "put", "key": key, "size": size, "hard_pin": hard_pin,
-           "replicas": replica_list(replicas)})
+           "replicas": replica_list(replicas, size)})
     .to_string()
 }
 
-fn replica_list(replicas: &[Replica]) -> Vec<Value> {
+/// Each replica as `[segment name, offset, length]` (the journal's form since its first
+/// version).
+fn replica_list(replicas: &[(Arc<str>, u64)], len: u64) -> Vec<Value> {
     replicas
         .iter()
-        .map(|r| json!([&*r.endpoint, r.offset, r.len]))
+        .map(|(name, offset)| json!([&**name, offset, len]))
         .collect()
 }
 
-/// An unfinished write's space: a new leader keeps it from reuse until the writer reports.
-pub fn hold_record(key: &str, version: u64, writer: u64, replicas: &[Replica]) -> String {
+/// An unfinished write's space (`len` bytes per replica): a new leader keeps it from reuse
+/// until the writer reports.
+pub fn hold_record(
+    key: &str,
+    version: u64,
+    writer: u64,
+    replicas: &[(Arc<str>, u64)],
+    len: u64,
+) -> String {
     json!({"op": "hold", "key": key, "version": version, "writer": writer,
-           "replicas": replica_list(replicas)})
+           "replicas": replica_list(replicas, len)})
     .to_string()
 }
 
@@ -64,7 +73,7 @@ impl Master {
         self.journal_record(|| mount_record(client, name, base, size).to_string());
     }
 
-    pub(super) fn journal_unmount(&self, ids: &HashSet<u64>) {
+    pub(super) fn journal_unmount(&self, ids: &HashSet<u32>) {
         for id in ids {
             if let Some(name) = self.segs.name_of(*id) {
                 self.journal_record(|| json!({"op": "unmount", "name": name}).to_string());
@@ -94,15 +103,17 @@ impl Master {
             .export()
             .into_iter()
             .map(|(k, size, reps, pin)| {
-                serde_json::from_str(&put_record(&k, size, &reps, pin)).unwrap_or(Value::Null)
+                let named = self.segs.named(&reps);
+                serde_json::from_str(&put_record(&k, size, &named, pin)).unwrap_or(Value::Null)
             })
             .collect();
         let holds: Vec<Value> = self
             .objs
             .export_holds()
             .into_iter()
-            .map(|(k, version, writer, reps)| {
-                serde_json::from_str(&hold_record(&k, version, writer, &reps))
+            .map(|(k, version, writer, len, reps)| {
+                let named = self.segs.named(&reps);
+                serde_json::from_str(&hold_record(&k, version, writer, &named, len))
                     .unwrap_or(Value::Null)
             })
             .collect();
@@ -132,9 +143,11 @@ impl Master {
             }
             Some("hold") => {
                 let key = s("key");
-                let reps = self.reserve_replicas(&key, r);
+                // Every replica of a write has the same length: the first one's.
+                let len = r["replicas"][0][2].as_u64().unwrap_or(0);
+                let reps = self.reserve_replicas(&key, r, len);
                 if !reps.is_empty() {
-                    let hold = (key, n("version"), n("writer"), reps);
+                    let hold = (key, n("version"), n("writer"), len, reps);
                     self.objs.restore_hold(hold, &self.cfg);
                 }
             }
@@ -142,7 +155,7 @@ impl Master {
             Some("put") => {
                 let key = s("key");
                 self.objs.remove(&key, true, &self.segs, &self.cfg);
-                let reps = self.reserve_replicas(&key, r);
+                let reps = self.reserve_replicas(&key, r, n("size"));
                 if !reps.is_empty() {
                     let durable = (key, n("size"), reps, r["hard_pin"].as_bool() == Some(true));
                     self.objs.restore(durable, &self.segs);
@@ -152,9 +165,9 @@ impl Master {
         }
     }
 
-    /// Takes the buffers a record lists back from their segments (those that no longer fit are
-    /// dropped, with a warning).
-    fn reserve_replicas(&self, key: &str, r: &Value) -> Vec<Replica> {
+    /// Takes the buffers a record lists back from their segments (those that no longer fit, or
+    /// are not `want` bytes long, are dropped, with a warning).
+    fn reserve_replicas(&self, key: &str, r: &Value, want: u64) -> Vec<Replica> {
         let mut reps = Vec::new();
         for x in r["replicas"].as_array().into_iter().flatten() {
             let (name, off, len) = (
@@ -162,6 +175,14 @@ impl Master {
                 x[1].as_u64().unwrap_or(0),
                 x[2].as_u64().unwrap_or(0),
             );
+            if len != want || len == 0 {
+                tw_log!(
+                    Level::Warn,
+                    "master: journal replica of {key:?} at {name}+{off} is {len} bytes, not \
+                     {want}; dropped"
+                );
+                continue;
+            }
             match self.segs.reserve(name, off, len) {
                 Some(rep) => reps.push(rep),
                 None => tw_log!(

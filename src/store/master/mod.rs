@@ -12,7 +12,7 @@ pub mod segments;
 pub mod server;
 
 use crate::metadata::etcd_journal_writer::JournalWriter;
-use crate::store::proto::{KeyVersion, Reply, Request, StartResult, code};
+use crate::store::proto::{KeyVersion, REMOVE_STRETCH_MS, Reply, Request, StartResult, code};
 use metrics::Metrics;
 use objects::Objects;
 use segments::{Segments, Strategy};
@@ -20,6 +20,23 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
+
+/// Objects removed after which the master gives freed memory back to the OS.
+const TRIM_AFTER: u64 = 65_536;
+
+/// Returns the heap's free pages to the OS (glibc keeps freed small allocations in its arenas).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn give_memory_back() {
+    // SAFETY: malloc_trim only releases free memory inside the allocator; it takes each arena's
+    // lock itself and is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Other allocators return memory on their own terms.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn give_memory_back() {}
 
 /// Master behaviour (mooncake_master's flags, same defaults).
 #[derive(Debug, Clone)]
@@ -81,6 +98,8 @@ pub struct Master {
     ticks: AtomicU64,
     /// Allocated bytes when the last watermark eviction freed nothing (skip until it changes).
     stuck_at: AtomicU64,
+    /// Objects removed (not yet given back to the OS) as the previous sweep saw them.
+    removed_seen: AtomicU64,
     /// HA: while set, every request is refused with this message (a standby, or a leader still
     /// rebuilding its state).
     standby: RwLock<Option<String>>,
@@ -99,6 +118,7 @@ impl Master {
             metrics: Metrics::default(),
             ticks: AtomicU64::new(0),
             stuck_at: AtomicU64::new(u64::MAX),
+            removed_seen: AtomicU64::new(0),
             standby: RwLock::new(None),
             journal: OnceLock::new(),
         }
@@ -259,10 +279,7 @@ impl Master {
             Request::Get { client_id, keys } => Reply::Replicas {
                 lease_ms: self.cfg.lease_ttl.as_millis() as u64,
                 hold_ms: self.cfg.read_hold_max.max(self.cfg.lease_ttl).as_millis() as u64,
-                results: keys
-                    .iter()
-                    .map(|k| self.objs.get(k, client_id, &self.cfg))
-                    .collect(),
+                results: self.objs.get(&keys, client_id, &self.cfg, &self.segs),
             },
             Request::ReadDone { client_id, items } => {
                 items
@@ -286,7 +303,7 @@ impl Master {
                 return None;
             }
             Request::Exist { keys } => Reply::Codes {
-                codes: keys.iter().map(|k| self.objs.exist(k, &self.cfg)).collect(),
+                codes: self.objs.exist(&keys, &self.cfg),
             },
             Request::Remove { keys, force } => Reply::Codes {
                 codes: keys
@@ -294,26 +311,40 @@ impl Master {
                     .map(|k| self.objs.remove(k, force, &self.segs, &self.cfg))
                     .collect(),
             },
-            Request::RemoveByRegex { pattern, force } => match regex::Regex::new(&pattern) {
-                Ok(re) => Reply::Count {
-                    count: self.objs.remove_matching(
-                        |k| re.is_match(k),
-                        force,
-                        &self.segs,
-                        &self.cfg,
-                    ),
-                },
+            Request::RemoveByRegex {
+                pattern,
+                force,
+                from,
+            } => match regex::Regex::new(&pattern) {
+                Ok(re) => self.remove_walk(|k| re.is_match(k), force, from),
                 Err(e) => Reply::Error {
                     code: code::INVALID_PARAMS,
                     message: format!("bad regex: {e}"),
                 },
             },
-            Request::RemoveAll { force } => Reply::Count {
-                count: self
-                    .objs
-                    .remove_matching(|_| true, force, &self.segs, &self.cfg),
-            },
+            Request::RemoveAll { force, from } => self.remove_walk(|_| true, force, from),
         })
+    }
+
+    /// A mass removal: one stretch of at most [`REMOVE_STRETCH_MS`] from the cursor `from`,
+    /// or, without a cursor, the whole walk (still letting go of each shard between chunks).
+    fn remove_walk(&self, pred: impl Fn(&str) -> bool, force: bool, from: Option<u64>) -> Reply {
+        let budget = from.map(|_| Duration::from_millis(REMOVE_STRETCH_MS));
+        let start = from.unwrap_or(objects::WALK_START);
+        match self
+            .objs
+            .remove_matching(pred, force, &self.segs, &self.cfg, start, budget)
+        {
+            Ok(s) if from.is_some() => Reply::Removed {
+                count: s.removed,
+                next: s.next,
+            },
+            Ok(s) => Reply::Count { count: s.removed },
+            Err(m) => Reply::Error {
+                code: code::INVALID_PARAMS,
+                message: m,
+            },
+        }
     }
 
     /// Allocates, evicting once when the segments are full.
@@ -321,7 +352,7 @@ impl Master {
         &self,
         size: u64,
         config: &crate::store::proto::WriteConfig,
-    ) -> Result<Vec<segments::Replica>, i32> {
+    ) -> Result<segments::Placed, i32> {
         match self.segs.allocate(size, config, self.cfg.strategy) {
             Err(code::NO_AVAILABLE_HANDLE) => {
                 let (_, _, cap) = self.segs.usage();
@@ -338,7 +369,7 @@ impl Master {
         }
     }
 
-    fn unmount(&self, ids: &HashSet<u64>) {
+    fn unmount(&self, ids: &HashSet<u32>) {
         self.journal_unmount(ids);
         for id in ids {
             self.segs.unmount(*id);
@@ -368,6 +399,7 @@ impl Master {
         let alive = self.heartbeating();
         self.objs
             .sweep(&self.segs, &self.cfg, &|c| alive.contains(&c));
+        self.trim_after_removals();
         let (_, used, cap) = self.segs.usage();
         if cap > 0
             && used as f64 >= cap as f64 * self.cfg.eviction_high_watermark
@@ -381,6 +413,27 @@ impl Master {
                 self.stuck_at.store(used, Ordering::Relaxed);
             }
         }
+    }
+
+    /// After a mass removal (at least [`TRIM_AFTER`] objects, and no more removed since the
+    /// previous sweep, or far more than that while removals go on), gives the memory the
+    /// allocator keeps free back to the OS. The slabs were compacted already (by the removal
+    /// walk and the sweep); what is left is the allocator's free space, mostly the freed keys.
+    fn trim_after_removals(&self) {
+        let removed = self.objs.removed_lately();
+        let seen = self.removed_seen.swap(removed, Ordering::Relaxed);
+        if removed < TRIM_AFTER || (removed != seen && removed < 16 * TRIM_AFTER) {
+            return;
+        }
+        self.objs.take_removed();
+        self.removed_seen.store(0, Ordering::Relaxed);
+        let t = Instant::now();
+        give_memory_back();
+        tw_log!(
+            crate::log::Level::Debug,
+            "master: {removed} objects removed; freed memory given back to the OS in {:?}",
+            t.elapsed()
+        );
     }
 
     /// A client silent for `client_ttl` is suspended (no new placements on its segments; it
@@ -418,7 +471,7 @@ impl Master {
             }
         }
         for id in expired {
-            let segs: HashSet<u64> = self.segs.of_client(id).into_iter().collect();
+            let segs: HashSet<u32> = self.segs.of_client(id).into_iter().collect();
             tw_log!(
                 crate::log::Level::Warn,
                 "master: client {id:#x} missed its heartbeats; unmounting {} segment(s)",
@@ -466,7 +519,7 @@ impl Master {
 
     /// One key's complete value: size, replicas, lease, pins.
     pub fn query_key(&self, key: &str) -> Result<objects::KeyInfo, i32> {
-        self.objs.peek(key)
+        self.objs.peek(key, &self.segs)
     }
 
     /// Every mounted segment with its usage, sorted by name.

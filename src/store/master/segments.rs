@@ -39,7 +39,7 @@ impl Strategy {
 #[derive(Debug)]
 pub struct Segment {
     /// Unique per mount (a re-mount gets a new id, so stale frees cannot hit it).
-    pub id: u64,
+    pub id: u32,
     /// Segment name (owner's engine name).
     pub name: Arc<str>,
     /// Owning client.
@@ -62,36 +62,61 @@ impl Segment {
     }
 }
 
-/// A buffer held by an object.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where one replica's bytes live: a segment (by mount id) and an offset in it. Sixteen bytes,
+/// copied freely: the length is the object's size, and the endpoint and absolute address come
+/// from the segment (see [`Segments::descs`]), so an object does not carry them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Replica {
-    /// Segment id.
-    pub seg: u64,
-    /// Segment name.
-    pub endpoint: Arc<str>,
+    /// Segment mount id.
+    pub seg: u32,
     /// Offset inside the segment.
     pub offset: u64,
-    /// Absolute address in the owner.
-    pub addr: u64,
-    /// Bytes.
-    pub len: u64,
 }
 
-impl Replica {
-    /// Wire form.
-    pub fn desc(&self) -> ReplicaDesc {
-        ReplicaDesc {
-            endpoint: self.endpoint.to_string(),
-            addr: self.addr,
-            len: self.len,
+/// Buffers just allocated for a write: where they are, and their wire form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    /// The replicas (at least one).
+    pub replicas: Vec<Replica>,
+    /// Their descriptors, in the same order.
+    pub descs: Vec<ReplicaDesc>,
+}
+
+impl Segment {
+    fn free_one(&self, offset: u64, len: u64) {
+        let ok = self
+            .alloc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .free(offset, len);
+        if !ok {
+            self.refused_free(offset, len);
         }
+    }
+
+    fn refused_free(&self, offset: u64, len: u64) {
+        tw_log!(
+            crate::log::Level::Error,
+            "master: refused a bad free of {offset}+{len} in {}",
+            self.name
+        );
+    }
+}
+
+/// A read view of the segment table (see [`Segments::with_view`]).
+pub struct SegView<'a>(&'a Table);
+
+impl SegView<'_> {
+    /// The wire form of one replica of `len` bytes; `None` when its segment is gone.
+    pub fn desc(&self, r: &Replica, len: u64) -> Option<ReplicaDesc> {
+        self.0.desc(r, len)
     }
 }
 
 #[derive(Default)]
 struct Table {
-    by_id: HashMap<u64, Arc<Segment>>,
-    by_name: HashMap<Arc<str>, u64>,
+    by_id: HashMap<u32, Arc<Segment>>,
+    by_name: HashMap<Arc<str>, u32>,
 }
 
 /// Every mounted segment.
@@ -104,10 +129,20 @@ pub struct Segments {
     flagged: AtomicU64,
 }
 
+impl Table {
+    fn desc(&self, r: &Replica, len: u64) -> Option<ReplicaDesc> {
+        self.by_id.get(&r.seg).map(|s| ReplicaDesc {
+            endpoint: s.name.to_string(),
+            addr: s.base + r.offset,
+            len,
+        })
+    }
+}
+
 impl Segments {
     /// Mounts a segment. Mounting the same name again by the same owner with the same range is a
     /// no-op (re-mount); another owner's name is refused.
-    pub fn mount(&self, client_id: u64, name: &str, base: u64, size: u64) -> Result<u64, i32> {
+    pub fn mount(&self, client_id: u64, name: &str, base: u64, size: u64) -> Result<u32, i32> {
         let mut t = self.table.write().unwrap_or_else(|e| e.into_inner());
         if let Some(id) = t.by_name.get(name) {
             let s = &t.by_id[id];
@@ -119,7 +154,11 @@ impl Segments {
         if t.by_id.len() >= MAX_SEGMENTS {
             return Err(code::NO_AVAILABLE_HANDLE);
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        // Ids are never reused (a stale free cannot hit a later mount); 32 bits keep replicas
+        // small, and four billion mounts outlast any master.
+        let Ok(id) = u32::try_from(self.next_id.fetch_add(1, Ordering::Relaxed) + 1) else {
+            return Err(code::NO_AVAILABLE_HANDLE);
+        };
         let name: Arc<str> = name.into();
         let seg = Arc::new(Segment {
             id,
@@ -137,7 +176,7 @@ impl Segments {
     }
 
     /// Removes a segment from the table (its replicas must be dropped by the caller).
-    pub fn unmount(&self, id: u64) -> Option<Arc<Segment>> {
+    pub fn unmount(&self, id: u32) -> Option<Arc<Segment>> {
         let mut t = self.table.write().unwrap_or_else(|e| e.into_inner());
         let s = t.by_id.remove(&id)?;
         t.by_name.remove(&s.name);
@@ -146,7 +185,7 @@ impl Segments {
     }
 
     /// Id of a mounted name.
-    pub fn id_of(&self, name: &str) -> Option<u64> {
+    pub fn id_of(&self, name: &str) -> Option<u32> {
         self.table
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -200,7 +239,7 @@ impl Segments {
     }
 
     /// Whether segment `id`'s owner is suspended (missed its heartbeats).
-    pub fn suspended(&self, id: u64) -> bool {
+    pub fn suspended(&self, id: u32) -> bool {
         let t = self.table.read().unwrap_or_else(|e| e.into_inner());
         t.by_id
             .get(&id)
@@ -208,7 +247,7 @@ impl Segments {
     }
 
     /// Ids of a client's segments.
-    pub fn of_client(&self, client_id: u64) -> Vec<u64> {
+    pub fn of_client(&self, client_id: u64) -> Vec<u32> {
         let t = self.table.read().unwrap_or_else(|e| e.into_inner());
         t.by_id
             .values()
@@ -251,23 +290,18 @@ impl Segments {
         {
             return None;
         }
-        Some(Replica {
-            seg: s.id,
-            endpoint: s.name.clone(),
-            offset,
-            addr: s.base + offset,
-            len,
-        })
+        Some(Replica { seg: s.id, offset })
     }
 
     /// Name of a mounted segment.
-    pub fn name_of(&self, id: u64) -> Option<String> {
+    pub fn name_of(&self, id: u32) -> Option<String> {
         let t = self.table.read().unwrap_or_else(|e| e.into_inner());
         t.by_id.get(&id).map(|s| s.name.to_string())
     }
 
-    /// Returns a replica's buffer to its segment (ignored when the segment is gone).
-    pub fn free(&self, r: &Replica) {
+    /// Returns a replica's buffer of `len` bytes to its segment (ignored when the segment is
+    /// gone).
+    pub fn free(&self, r: &Replica, len: u64) {
         let seg = self
             .table
             .read()
@@ -276,21 +310,52 @@ impl Segments {
             .get(&r.seg)
             .cloned();
         if let Some(s) = seg {
-            let ok = s
-                .alloc
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .free(r.offset, r.len);
-            if !ok {
-                tw_log!(
-                    crate::log::Level::Error,
-                    "master: refused a bad free of {}+{} in {}",
-                    r.offset,
-                    r.len,
-                    s.name
-                );
-            }
+            s.free_one(r.offset, len);
         }
+    }
+
+    /// Returns many buffers at once (`(replica, len)`): the table is read once, and each
+    /// segment's allocator is locked once per run of buffers in the same segment.
+    pub fn free_many(&self, bufs: &[(Replica, u64)]) {
+        if bufs.is_empty() {
+            return;
+        }
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let mut i = 0;
+        while i < bufs.len() {
+            let seg = bufs[i].0.seg;
+            let run = bufs[i..].iter().take_while(|(r, _)| r.seg == seg).count();
+            if let Some(s) = t.by_id.get(&seg) {
+                let mut a = s.alloc.lock().unwrap_or_else(|e| e.into_inner());
+                for (r, len) in &bufs[i..i + run] {
+                    if !a.free(r.offset, *len) {
+                        s.refused_free(r.offset, *len);
+                    }
+                }
+            }
+            i += run;
+        }
+    }
+
+    /// The wire form of replicas of `len` bytes (those whose segment is gone are left out).
+    pub fn descs(&self, rs: &[Replica], len: u64) -> Vec<ReplicaDesc> {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        rs.iter().filter_map(|r| t.desc(r, len)).collect()
+    }
+
+    /// Runs `f` with a read view of the segment table, for resolving many replicas at once.
+    pub fn with_view<R>(&self, f: impl FnOnce(&SegView<'_>) -> R) -> R {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        f(&SegView(&t))
+    }
+
+    /// Segment names and offsets of replicas, as the journal records them (those whose
+    /// segment is gone are left out).
+    pub fn named(&self, rs: &[Replica]) -> Vec<(Arc<str>, u64)> {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        rs.iter()
+            .filter_map(|r| t.by_id.get(&r.seg).map(|s| (s.name.clone(), r.offset)))
+            .collect()
     }
 
     fn next_random(&self) -> u64 {
@@ -304,13 +369,15 @@ impl Segments {
 
     /// Allocates `len` bytes on up to `replica_num` distinct segments (at least one);
     /// `NO_AVAILABLE_HANDLE` when not even one fits.
-    pub fn allocate(
-        &self,
-        len: u64,
-        cfg: &WriteConfig,
-        strategy: Strategy,
-    ) -> Result<Vec<Replica>, i32> {
+    pub fn allocate(&self, len: u64, cfg: &WriteConfig, strategy: Strategy) -> Result<Placed, i32> {
         let want = cfg.replica_num.max(1) as usize;
+        let preferences = !cfg.preferred_segments.is_empty()
+            || (strategy == Strategy::LocalFirst && !cfg.local_segment.is_empty());
+        if want == 1 && !preferences {
+            if let Some(p) = self.allocate_one(len, strategy) {
+                return Ok(p);
+            }
+        }
         let segs: Vec<Arc<Segment>> = {
             let t = self.table.read().unwrap_or_else(|e| e.into_inner());
             if t.by_id.is_empty() {
@@ -371,27 +438,77 @@ impl Segments {
             order.extend(rest);
             order
         };
-        let mut out = Vec::with_capacity(want);
+        let mut out = Placed {
+            replicas: Vec::with_capacity(want),
+            descs: Vec::with_capacity(want),
+        };
         for s in segs.into_iter().filter(|s| s.placeable()) {
-            if out.len() == want {
+            if out.replicas.len() == want {
                 break;
             }
             let off = s.alloc.lock().unwrap_or_else(|e| e.into_inner()).alloc(len);
             if let Some(offset) = off {
-                out.push(Replica {
-                    seg: s.id,
-                    endpoint: s.name.clone(),
-                    offset,
+                out.replicas.push(Replica { seg: s.id, offset });
+                out.descs.push(ReplicaDesc {
+                    endpoint: s.name.to_string(),
                     addr: s.base + offset,
                     len,
                 });
             }
         }
-        if out.is_empty() {
+        if out.replicas.is_empty() {
             Err(code::NO_AVAILABLE_HANDLE)
         } else {
             Ok(out)
         }
+    }
+}
+
+impl Segments {
+    /// The common case (one replica, no preferred segment): the segment the strategy ranks
+    /// first, found in one pass under the table's read lock, with no list built. `None` when
+    /// it has no room (the caller then tries every segment in order).
+    fn allocate_one(&self, len: u64, strategy: Strategy) -> Option<Placed> {
+        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let mut best: Option<(f64, &Arc<Segment>)> = None;
+        let mut placeable = t.by_id.values().filter(|s| s.placeable());
+        let only = placeable.clone().nth(1).is_none();
+        for s in &mut placeable {
+            if only {
+                best = Some((0.0, s));
+                break;
+            }
+            let (free, size) = {
+                let a = s.alloc.lock().unwrap_or_else(|e| e.into_inner());
+                ((a.size() - a.used()) as f64, a.size().max(1) as f64)
+            };
+            // Lower ranks first: the largest free fraction, or an exponential draw weighted
+            // by free bytes (the first element of the weighted shuffle `allocate` does).
+            let rank = match strategy {
+                Strategy::FreeRatioFirst => -(free / size),
+                _ => {
+                    let u = ((self.next_random() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+                    -u.ln() / free.max(1.0)
+                }
+            };
+            if best.is_none_or(|(r, b)| rank < r || (rank == r && s.id < b.id)) {
+                best = Some((rank, s));
+            }
+        }
+        let (_, s) = best?;
+        let offset = s
+            .alloc
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .alloc(len)?;
+        Some(Placed {
+            replicas: vec![Replica { seg: s.id, offset }],
+            descs: vec![ReplicaDesc {
+                endpoint: s.name.to_string(),
+                addr: s.base + offset,
+                len,
+            }],
+        })
     }
 }
 
@@ -425,7 +542,7 @@ impl Segment {
             (a.used(), a.size())
         };
         SegmentInfo {
-            id: self.id,
+            id: self.id as u64,
             name: self.name.to_string(),
             client_id: self.client_id,
             base: self.base,
@@ -484,7 +601,7 @@ mod tests {
             replica_num: 3,
             ..WriteConfig::default()
         };
-        let r = s.allocate(1000, &cfg, Strategy::Random).unwrap();
+        let r = s.allocate(1000, &cfg, Strategy::Random).unwrap().replicas;
         assert_eq!(r.len(), 2);
         assert_ne!(r[0].seg, r[1].seg);
         let pref = WriteConfig {
@@ -492,13 +609,16 @@ mod tests {
             preferred_segments: vec!["b:1".into()],
             ..WriteConfig::default()
         };
-        assert_eq!(s.allocate(10, &pref, Strategy::Random).unwrap()[0].seg, b);
+        assert_eq!(
+            s.allocate(10, &pref, Strategy::Random).unwrap().replicas[0].seg,
+            b
+        );
         assert_eq!(
             s.allocate(2 << 20, &pref, Strategy::Random),
             Err(code::NO_AVAILABLE_HANDLE)
         );
         for x in &r {
-            s.free(x);
+            s.free(x, 1000);
         }
         s.unmount(a);
         assert_eq!(s.usage().0, 1);
@@ -523,8 +643,8 @@ mod tests {
             let r = s
                 .allocate(1024, &WriteConfig::default(), Strategy::Random)
                 .unwrap();
-            to_empty += (&*r[0].endpoint == "empty:1") as u32;
-            s.free(&r[0]);
+            to_empty += (r.descs[0].endpoint == "empty:1") as u32;
+            s.free(&r.replicas[0], 1024);
         }
         // Free bytes 8 : 64, so about 889 of 1000 go to the empty segment; not all of them.
         assert!((820..=950).contains(&to_empty), "{to_empty}");

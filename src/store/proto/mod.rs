@@ -39,6 +39,9 @@ pub const MAX_REPLICAS: u32 = 8;
 pub const MAX_NAME_LEN: usize = 512;
 /// Longest regex pattern.
 pub const MAX_PATTERN_LEN: usize = 4096;
+/// The longest a master works on one stretch of a mass removal before it answers (the client
+/// then asks for the next one), far below any client's reply deadline.
+pub const REMOVE_STRETCH_MS: u64 = 200;
 /// Most preferred segments in one config.
 pub const MAX_PREFERRED: usize = 64;
 /// A read hold outlives its lease only while the reader's heartbeats arrive at most this far
@@ -153,6 +156,18 @@ pub struct GetResult {
     pub replicas: Vec<ReplicaDesc>,
 }
 
+impl GetResult {
+    /// A key that cannot be read (`code`), with nothing else.
+    pub fn miss(code: i32) -> GetResult {
+        GetResult {
+            code,
+            size: 0,
+            version: 0,
+            replicas: Vec::new(),
+        }
+    }
+}
+
 /// A client's request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Request {
@@ -245,11 +260,20 @@ pub enum Request {
         pattern: String,
         /// Ignore leases.
         force: bool,
+        /// Work in stretches: `Some(cursor)` (0 to begin) makes the master remove for at most
+        /// [`REMOVE_STRETCH_MS`] and answer [`Reply::Removed`] with where to go on; `None`
+        /// (what clients before stretches send) removes everything before answering
+        /// [`Reply::Count`].
+        #[serde(default)]
+        from: Option<u64>,
     },
     /// Remove every key.
     RemoveAll {
         /// Ignore leases.
         force: bool,
+        /// As for [`Request::RemoveByRegex`].
+        #[serde(default)]
+        from: Option<u64>,
     },
 }
 
@@ -295,6 +319,14 @@ pub enum Reply {
     Count {
         /// Count.
         count: i64,
+    },
+    /// One stretch of a removal: objects removed in it, and the cursor to send for the next
+    /// stretch (`None`: the removal is done).
+    Removed {
+        /// Objects removed in this stretch.
+        count: i64,
+        /// Where the next stretch starts.
+        next: Option<u64>,
     },
 }
 

@@ -3,18 +3,23 @@
 
 use super::super::MasterConfig;
 use super::super::segments::Segments;
-use super::{Durable, Object, Objects, Version, WriteHold, free_all};
+use super::replicas::Replicas;
+use super::{Durable, Object, Objects, Version, WriteHold, free_all, hold_write, nanos};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 impl Objects {
     /// Every complete object (for a journal snapshot).
     pub fn export(&self) -> Vec<Durable> {
         let mut out = Vec::new();
         for sh in self.all() {
-            for (k, o) in &sh.map {
+            for (_, o) in sh.table.iter() {
                 if let Some(c) = &o.complete {
-                    out.push((k.clone(), c.size, c.replicas.clone(), o.hard_pin));
+                    out.push((
+                        o.key.to_string(),
+                        c.size,
+                        c.replicas.as_slice().to_vec(),
+                        o.hard_pin,
+                    ));
                 }
             }
         }
@@ -25,14 +30,26 @@ impl Objects {
     pub fn export_holds(&self) -> Vec<WriteHold> {
         let mut out = Vec::new();
         for sh in self.all() {
-            for (k, o) in &sh.map {
+            for (_, o) in sh.table.iter() {
                 if let Some(p) = &o.pending {
-                    out.push((k.clone(), p.v.id, p.writer, p.v.replicas.clone()));
+                    out.push((
+                        o.key.to_string(),
+                        p.v.id,
+                        p.writer,
+                        p.v.size,
+                        p.v.replicas.as_slice().to_vec(),
+                    ));
                 }
             }
             for (id, r) in &sh.retired {
                 if let Some(w) = &r.writer {
-                    out.push((w.key.to_string(), *id, w.client, r.replicas.clone()));
+                    out.push((
+                        w.key.to_string(),
+                        *id,
+                        w.client,
+                        r.size,
+                        r.replicas.as_slice().to_vec(),
+                    ));
                 }
             }
         }
@@ -41,44 +58,65 @@ impl Objects {
 
     /// Keeps the space of a write the journal says may still be in flight (after a failover),
     /// until its writer reports or the release timeout passes.
-    pub fn restore_hold(&self, (key, version, writer, replicas): WriteHold, cfg: &MasterConfig) {
+    pub fn restore_hold(
+        &self,
+        (key, version, writer, size, replicas): WriteHold,
+        cfg: &MasterConfig,
+    ) {
+        let Some(replicas) = Replicas::from_vec(replicas) else {
+            return;
+        };
         self.next_version.fetch_max(version + 1, Ordering::Relaxed);
-        let free_at = Instant::now() + cfg.put_start_release_timeout;
-        self.shard(&key)
-            .hold_write(&key, version, writer, replicas, free_at);
+        let free_at = self
+            .now()
+            .saturating_add(nanos(cfg.put_start_release_timeout));
+        let (_, si) = self.locate(&key);
+        let mut sh = self.shard(si);
+        hold_write(
+            &mut sh.retired,
+            &key,
+            version,
+            writer,
+            size,
+            replicas,
+            free_at,
+        );
     }
 
     /// The journal says write `version` of `key` no longer holds its space: the space is freed
     /// (or, when the write was published, now belongs to the object the next record restores).
     pub fn release_hold(&self, key: &str, version: u64, segs: &Segments) {
-        if let Some(r) = self.shard(key).retired.remove(&version) {
-            free_all(segs, &r.replicas);
+        let (_, si) = self.locate(key);
+        if let Some(r) = self.shard(si).retired.remove(&version) {
+            free_all(segs, r.size, &r.replicas);
         }
     }
 
     /// Installs a complete object rebuilt from the journal (replaces any value of the key).
     pub fn restore(&self, (key, size, replicas, hard_pin): Durable, segs: &Segments) {
-        let now = Instant::now();
+        let Some(replicas) = Replicas::from_vec(replicas) else {
+            return;
+        };
+        let now = self.now();
         let id = self.version_id();
-        let mut sh = self.shard(&key);
-        let old = sh.map.insert(
-            key,
-            Object {
-                complete: Some(Version {
-                    id,
-                    size,
-                    replicas,
-                    holds: Vec::new(),
-                }),
-                pending: None,
-                lease_until: None,
-                hard_pin,
-                soft_pin_until: None,
-                last_access: now,
-            },
-        );
+        let (hash, si) = self.locate(&key);
+        let mut sh = self.shard(si);
+        let mut o = Object::new(&key, hard_pin, now);
+        o.complete = Some(Version {
+            id,
+            size,
+            replicas,
+            holds: Default::default(),
+        });
+        let old = match sh.table.find(hash, &key).and_then(|s| sh.table.get_mut(s)) {
+            Some(slot) => Some(std::mem::replace(slot, o)),
+            None => {
+                sh.table.insert(hash, o);
+                None
+            }
+        };
         if let Some(c) = old.and_then(|o| o.complete) {
-            free_all(segs, &c.replicas);
+            free_all(segs, c.size, &c.replicas);
         }
     }
 }

@@ -1,61 +1,103 @@
 //! Object metadata, sharded by key: two-phase writes, versions with read holds, leases, pins,
-//! retired buffers, eviction candidates. Lock order: one shard, then a segment allocator.
+//! retired buffers, eviction candidates. Lock order: one shard, then the segment table, then a
+//! segment allocator.
 //!
 //! A read hold is one client's reads of one version in progress: Get adds it, ReadDone ends it.
 //! A hold keeps the version's buffers from reuse while it is live: for the lease after it was
 //! granted, and beyond that, up to `MasterConfig::read_hold_max`, while its client's heartbeats
 //! keep arriving. The sweep ends holds that are no longer live, so a reader that dies mid-read
 //! holds its buffers for at most its lease (or a few seconds past its last heartbeat).
+//!
+//! Memory: a shard keeps its objects as fixed-size records in a slab with an index of slot
+//! numbers ([`table`]). A record is 104 bytes: the key (stored once, in a `Box<str>`), the
+//! complete version with its replica inline (a replica is a segment id and an offset: the
+//! length is the object's size, the endpoint and address come from the segment), and times as
+//! nanosecond ticks. An unfinished write, read holds and extra replicas are allocated only
+//! while they exist. Mass removals walk the slots in chunks, letting go of the shard's lock
+//! between them ([`walk`]), and compact the slab behind them.
 
 use super::MasterConfig;
-use super::segments::{Replica, Segments};
+use super::segments::{Placed, Replica, Segments};
 use crate::store::proto::{GetResult, KeyVersion, PutItem, StartResult, WriteConfig, code};
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 mod holds;
 mod journal;
+mod replicas;
+mod table;
 mod upkeep;
 mod view;
+mod walk;
 
-use holds::{Hold, Retired, Writer, add_hold, end_hold};
+use holds::{Holds, Retired, Writer};
+use replicas::Replicas;
+use table::Table;
 pub use view::{KeyInfo, KeyList};
+pub use walk::{Swept, WALK_START};
 
-const SHARDS: usize = 64;
+const SHARD_BITS: u32 = 10;
+const SHARDS: usize = 1 << SHARD_BITS;
+
+/// A point in time: nanoseconds since the master started, plus one (0 means "never").
+type Tick = u64;
+
+/// `d` in nanoseconds (saturating).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// One readable or in-flight value: its buffers and the reads in progress on them.
 #[derive(Debug)]
 struct Version {
     id: u64,
     size: u64,
-    replicas: Vec<Replica>,
-    holds: Vec<Hold>,
+    replicas: Replicas,
+    holds: Holds,
 }
 
 #[derive(Debug)]
 struct Pending {
     v: Version,
-    started: Instant,
+    started: Tick,
     /// The writing client (only it can report the write finished).
     writer: u64,
 }
 
 #[derive(Debug)]
 struct Object {
+    key: Box<str>,
     complete: Option<Version>,
-    pending: Option<Pending>,
-    lease_until: Option<Instant>,
+    pending: Option<Box<Pending>>,
+    /// 0: no lease.
+    lease_until: Tick,
+    /// 0: not soft-pinned.
+    soft_pin_until: Tick,
+    last_access: Tick,
     hard_pin: bool,
-    soft_pin_until: Option<Instant>,
-    last_access: Instant,
 }
 
-#[derive(Default)]
+const _: () = assert!(std::mem::size_of::<Option<Object>>() <= 104);
+
+impl Object {
+    fn new(key: &str, hard_pin: bool, now: Tick) -> Object {
+        Object {
+            key: key.into(),
+            complete: None,
+            pending: None,
+            lease_until: 0,
+            soft_pin_until: 0,
+            last_access: now,
+            hard_pin,
+        }
+    }
+}
+
 struct Shard {
-    map: HashMap<String, Object>,
+    table: Table,
     retired: HashMap<u64, Retired>,
 }
 
@@ -67,126 +109,170 @@ pub type Sink = Box<dyn Fn(String) + Send + Sync>;
 pub type Durable = (String, u64, Vec<Replica>, bool);
 
 /// Space an unfinished write may still be writing, as the journal keeps it: key, write
-/// version, writer, buffers. A new leader keeps it from reuse until that writer reports or the
-/// release timeout passes, so a write stalled across a failover cannot land in another object.
-pub type WriteHold = (String, u64, u64, Vec<Replica>);
+/// version, writer, bytes per replica, buffers. A new leader keeps it from reuse until that
+/// writer reports or the release timeout passes, so a write stalled across a failover cannot
+/// land in another object.
+pub type WriteHold = (String, u64, u64, u64, Vec<Replica>);
 
 /// Every object.
 pub struct Objects {
-    shards: Vec<Mutex<Shard>>,
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    epoch: Instant,
     next_version: AtomicU64,
     /// Set on a master that journals its objects (HA with durability).
     pub sink: OnceLock<Sink>,
+    /// Objects removed since memory was last given back to the OS.
+    removed: AtomicU64,
 }
 
 impl Default for Objects {
     fn default() -> Self {
+        let hasher = RandomState::new();
         Objects {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        table: Table::new(hasher.clone()),
+                        retired: HashMap::new(),
+                    })
+                })
+                .collect(),
+            hasher,
+            epoch: Instant::now(),
             next_version: AtomicU64::new(1),
             sink: OnceLock::new(),
+            removed: AtomicU64::new(0),
         }
     }
 }
 
-fn free_all(segs: &Segments, replicas: &[Replica]) {
-    for r in replicas {
-        segs.free(r);
+fn free_all(segs: &Segments, size: u64, replicas: &Replicas) {
+    for r in replicas.as_slice() {
+        segs.free(r, size);
     }
 }
 
-fn lease_active(o: &Object, now: Instant) -> bool {
-    o.lease_until.is_some_and(|t| t > now)
+fn lease_active(o: &Object, now: Tick) -> bool {
+    o.lease_until > now
 }
 
-impl Shard {
-    /// Drops a complete version: freed now unless reads are in flight (then when they end).
-    fn drop_complete(&mut self, segs: &Segments, v: Version) {
-        if v.holds.is_empty() {
-            free_all(segs, &v.replicas);
-        } else {
-            self.retired.insert(
-                v.id,
-                Retired {
-                    replicas: v.replicas,
-                    holds: v.holds,
-                    writer: None,
-                    free_at: Instant::now(),
-                },
-            );
+/// Drops a complete version: freed now unless reads are in flight (then when they end). With
+/// `later`, buffers to free go there instead (the caller frees them after the shard's lock).
+fn drop_complete(
+    retired: &mut HashMap<u64, Retired>,
+    segs: &Segments,
+    v: Version,
+    later: Option<&mut Vec<(Replica, u64)>>,
+) {
+    if v.holds.is_empty() {
+        match later {
+            Some(out) => out.extend(v.replicas.as_slice().iter().map(|r| (*r, v.size))),
+            None => free_all(segs, v.size, &v.replicas),
         }
-    }
-
-    /// Drops an unfinished write whose writer may still be writing: the space is kept until the
-    /// writer reports (PutEnd/PutRevoke of this version) or until `started + release_timeout`
-    /// (a writer's transfer deadline can exceed the discard timeout, so only the release timeout
-    /// is sure to outlast a silent writer).
-    fn drop_pending(&mut self, key: &str, p: Pending, cfg: &MasterConfig) {
-        let free_at = p.started + cfg.put_start_release_timeout;
-        self.hold_write(key, p.v.id, p.writer, p.v.replicas, free_at);
-    }
-
-    /// Keeps `replicas` for the write `version` of `writer` until it reports or `free_at`.
-    fn hold_write(
-        &mut self,
-        key: &str,
-        version: u64,
-        writer: u64,
-        replicas: Vec<Replica>,
-        free_at: Instant,
-    ) {
-        self.retired.insert(
-            version,
+    } else {
+        retired.insert(
+            v.id,
             Retired {
-                replicas,
-                holds: Vec::new(),
-                writer: Some(Writer {
-                    client: writer,
-                    key: key.into(),
-                }),
-                free_at,
+                size: v.size,
+                replicas: v.replicas,
+                holds: v.holds,
+                writer: None,
+                free_at: 0,
             },
         );
     }
+}
 
+/// Drops an unfinished write whose writer may still be writing: the space is kept until the
+/// writer reports (PutEnd/PutRevoke of this version) or until `started + release_timeout`
+/// (a writer's transfer deadline can exceed the discard timeout, so only the release timeout
+/// is sure to outlast a silent writer).
+fn drop_pending(retired: &mut HashMap<u64, Retired>, key: &str, p: Pending, cfg: &MasterConfig) {
+    let free_at = p
+        .started
+        .saturating_add(nanos(cfg.put_start_release_timeout));
+    hold_write(
+        retired,
+        key,
+        p.v.id,
+        p.writer,
+        p.v.size,
+        p.v.replicas,
+        free_at,
+    );
+}
+
+/// Keeps `replicas` for the write `version` of `writer` until it reports or `free_at`.
+fn hold_write(
+    retired: &mut HashMap<u64, Retired>,
+    key: &str,
+    version: u64,
+    writer: u64,
+    size: u64,
+    replicas: Replicas,
+    free_at: Tick,
+) {
+    retired.insert(
+        version,
+        Retired {
+            size,
+            replicas,
+            holds: Holds::default(),
+            writer: Some(Writer {
+                client: writer,
+                key: key.into(),
+            }),
+            free_at,
+        },
+    );
+}
+
+/// The writer of a dropped write reports that it stopped writing: its space is freed now.
+/// Returns whether `version` was such a write of `writer`.
+fn writer_done(
+    retired: &mut HashMap<u64, Retired>,
+    version: u64,
+    writer: u64,
+    segs: &Segments,
+) -> bool {
+    let mine = |r: &Retired| r.writer.as_ref().is_some_and(|w| w.client == writer);
+    match retired.remove(&version) {
+        Some(r) if mine(&r) => {
+            free_all(segs, r.size, &r.replicas);
+            true
+        }
+        Some(r) => {
+            retired.insert(version, r);
+            false
+        }
+        None => false,
+    }
+}
+
+impl Shard {
     /// PutEnd/PutRevoke of a version that is not the key's write in progress: if it is a dropped
     /// (pre-empted or discarded) write of this writer, its space is freed now. `INVALID_WRITE`,
     /// or `OBJECT_NOT_FOUND` when the key is gone.
     fn not_current(
         &mut self,
+        present: bool,
         kv: &KeyVersion,
         writer: u64,
         segs: &Segments,
         emit: &dyn Fn(String),
     ) -> i32 {
-        if self.writer_done(kv.version, writer, segs) {
+        if writer_done(&mut self.retired, kv.version, writer, segs) {
             emit(super::durable::unhold_record(&kv.key, kv.version));
         }
-        match self.map.contains_key(&kv.key) {
+        match present {
             true => code::INVALID_WRITE,
             false => code::OBJECT_NOT_FOUND,
         }
     }
 
-    /// The writer of a dropped write reports that it stopped writing: its space is freed now.
-    /// Returns whether `version` was such a write of `writer`.
-    fn writer_done(&mut self, version: u64, writer: u64, segs: &Segments) -> bool {
-        let mine = |r: &Retired| r.writer.as_ref().is_some_and(|w| w.client == writer);
-        match self.retired.remove(&version) {
-            Some(r) if mine(&r) => {
-                free_all(segs, &r.replicas);
-                true
-            }
-            Some(r) => {
-                self.retired.insert(version, r);
-                false
-            }
-            None => false,
-        }
-    }
-
     /// Frees retired space that is due; returns the (key, version) of the writes among it.
-    fn free_due(&mut self, now: Instant, segs: &Segments) -> Vec<(Box<str>, u64)> {
+    fn free_due(&mut self, now: Tick, segs: &Segments) -> Vec<(Box<str>, u64)> {
         let due: Vec<u64> = self
             .retired
             .iter()
@@ -196,70 +282,76 @@ impl Shard {
         let mut writes = Vec::new();
         for id in due {
             if let Some(r) = self.retired.remove(&id) {
-                free_all(segs, &r.replicas);
+                free_all(segs, r.size, &r.replicas);
                 if let Some(w) = r.writer {
                     writes.push((w.key, id));
                 }
             }
         }
+        if self.retired.is_empty() && self.retired.capacity() > 64 {
+            self.retired = HashMap::new();
+        }
         writes
     }
 
-    /// Removes `key` whatever its state (the caller checked leases).
-    fn remove_object(&mut self, key: &str, segs: &Segments, cfg: &MasterConfig) -> bool {
-        let Some(mut o) = self.map.remove(key) else {
-            return false;
-        };
-        if let Some(p) = o.pending.take() {
-            self.drop_pending(key, p, cfg);
-        }
-        if let Some(c) = o.complete.take() {
-            self.drop_complete(segs, c);
-        }
-        true
-    }
-
-    fn try_remove(
+    /// Removes the object in `slot` whatever its state (the caller checked leases); see
+    /// [`drop_complete`] for `later`.
+    fn remove_slot(
         &mut self,
-        key: &str,
-        force: bool,
-        now: Instant,
+        slot: u32,
         segs: &Segments,
         cfg: &MasterConfig,
-    ) -> i32 {
-        let Some(o) = self.map.get(key) else {
-            return code::OBJECT_NOT_FOUND;
+        later: Option<&mut Vec<(Replica, u64)>>,
+    ) -> Option<Box<str>> {
+        let mut o = self.table.remove(slot)?;
+        if let Some(p) = o.pending.take() {
+            drop_pending(&mut self.retired, &o.key, *p, cfg);
+        }
+        if let Some(c) = o.complete.take() {
+            drop_complete(&mut self.retired, segs, c, later);
+        }
+        Some(o.key)
+    }
+
+    /// Whether the object in `slot` may be removed now: always with `force`, otherwise only
+    /// without a lease and without a write in flight (else the code why not).
+    fn removable(&self, slot: u32, force: bool, now: Tick) -> Result<(), i32> {
+        let Some(o) = self.table.get(slot) else {
+            return Err(code::OBJECT_NOT_FOUND);
         };
         if !force {
             if lease_active(o, now) {
-                return code::OBJECT_HAS_LEASE;
+                return Err(code::OBJECT_HAS_LEASE);
             }
             if o.pending.is_some() {
-                return code::REPLICA_IS_NOT_READY;
+                return Err(code::REPLICA_IS_NOT_READY);
             }
         }
-        self.remove_object(key, segs, cfg);
-        code::OK
+        Ok(())
     }
 }
 
 impl Objects {
-    fn shard_index(key: &str) -> usize {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        key.hash(&mut h);
-        (h.finish() as usize) % SHARDS
+    /// The key's hash and shard. The shard comes from a multiplicative mix of the hash, so the
+    /// keys of one shard still spread over all of its index's buckets and tags.
+    fn locate(&self, key: &str) -> (u64, usize) {
+        let h = self.hasher.hash_one(key);
+        let shard = h.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARD_BITS);
+        (h, shard as usize)
     }
 
-    fn shard(&self, key: &str) -> MutexGuard<'_, Shard> {
-        self.shards[Self::shard_index(key)]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn shard(&self, i: usize) -> MutexGuard<'_, Shard> {
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn all(&self) -> impl Iterator<Item = MutexGuard<'_, Shard>> {
         self.shards
             .iter()
             .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn now(&self) -> Tick {
+        nanos(self.epoch.elapsed()).saturating_add(1)
     }
 
     fn emit(&self, record: impl FnOnce() -> String) {
@@ -274,7 +366,7 @@ impl Objects {
 
     /// Objects stored (complete or in flight).
     pub fn count(&self) -> usize {
-        self.all().map(|s| s.map.len()).sum()
+        self.all().map(|s| s.table.len()).sum()
     }
 
     /// First phase of one put/upsert. `allocate` finds space (it may evict); it is called with
@@ -288,7 +380,7 @@ impl Objects {
         wcfg: &WriteConfig,
         cfg: &MasterConfig,
         segs: &Segments,
-        allocate: impl FnOnce() -> Result<Vec<Replica>, i32>,
+        allocate: impl FnOnce() -> Result<Placed, i32>,
     ) -> StartResult {
         let (key, size) = (item.key.as_str(), item.size);
         let fail = |code| StartResult {
@@ -299,11 +391,14 @@ impl Objects {
         if size == 0 {
             return fail(code::INVALID_PARAMS);
         }
-        let now = Instant::now();
-        let soft_until = wcfg.soft_pin.then(|| now + cfg.soft_pin_ttl);
+        let (hash, si) = self.locate(key);
+        let now = self.now();
+        let soft_until = wcfg
+            .soft_pin
+            .then(|| now.saturating_add(nanos(cfg.soft_pin_ttl)));
         {
-            let mut sh = self.shard(key);
-            if let Some(o) = sh.map.get_mut(key) {
+            let mut sh = self.shard(si);
+            if let Some(o) = sh.table.find(hash, key).and_then(|s| sh.table.get_mut(s)) {
                 if !upsert && o.complete.is_some() {
                     return fail(code::OBJECT_ALREADY_EXISTS);
                 }
@@ -322,16 +417,19 @@ impl Objects {
                     let result = StartResult {
                         code: code::OK,
                         version: v.id,
-                        replicas: v.replicas.iter().map(Replica::desc).collect(),
+                        replicas: segs.descs(v.replicas.as_slice(), v.size),
                     };
-                    self.emit(|| super::durable::hold_record(key, v.id, writer, &v.replicas));
-                    o.pending = Some(Pending {
+                    self.emit(|| {
+                        let named = segs.named(v.replicas.as_slice());
+                        super::durable::hold_record(key, v.id, writer, &named, v.size)
+                    });
+                    o.pending = Some(Box::new(Pending {
                         v,
                         started: now,
                         writer,
-                    });
-                    if soft_until.is_some() {
-                        o.soft_pin_until = soft_until;
+                    }));
+                    if let Some(t) = soft_until {
+                        o.soft_pin_until = t;
                     }
                     return result;
                 }
@@ -339,48 +437,54 @@ impl Objects {
         }
         // Case A (absent) and C (new size, or readers on the old buffers): fresh buffers; the old
         // value stays readable until PutEnd.
-        let replicas = match allocate() {
-            Ok(r) => r,
+        let placed = match allocate() {
+            Ok(p) => p,
             Err(c) => return fail(c),
         };
-        let mut sh = self.shard(key);
-        let hard_pin = wcfg.hard_pin;
-        let o = sh.map.entry(key.to_string()).or_insert_with(|| Object {
-            complete: None,
-            pending: None,
-            lease_until: None,
-            hard_pin,
-            soft_pin_until: None,
-            last_access: now,
-        });
+        let Some(replicas) = Replicas::from_vec(placed.replicas) else {
+            return fail(code::NO_AVAILABLE_HANDLE);
+        };
+        let mut sh = self.shard(si);
+        let sh = &mut *sh;
+        let slot = match sh.table.find(hash, key) {
+            Some(s) => s,
+            None => sh.table.insert(hash, Object::new(key, wcfg.hard_pin, now)),
+        };
+        let Some(o) = sh.table.get_mut(slot) else {
+            free_all(segs, size, &replicas);
+            return fail(code::INTERNAL_ERROR);
+        };
         if !upsert && o.complete.is_some() {
-            free_all(segs, &replicas);
+            free_all(segs, size, &replicas);
             return fail(code::OBJECT_ALREADY_EXISTS);
         }
-        if soft_until.is_some() {
-            o.soft_pin_until = soft_until;
+        if let Some(t) = soft_until {
+            o.soft_pin_until = t;
         }
         let id = self.version_id();
         let result = StartResult {
             code: code::OK,
             version: id,
-            replicas: replicas.iter().map(Replica::desc).collect(),
+            replicas: placed.descs,
         };
-        self.emit(|| super::durable::hold_record(key, id, writer, &replicas));
-        let old = o.pending.replace(Pending {
+        self.emit(|| {
+            let named = segs.named(replicas.as_slice());
+            super::durable::hold_record(key, id, writer, &named, size)
+        });
+        let old = o.pending.replace(Box::new(Pending {
             v: Version {
                 id,
                 size,
                 replicas,
-                holds: Vec::new(),
+                holds: Holds::default(),
             },
             started: now,
             writer,
-        });
+        }));
         if let Some(p) = old {
             // A write already in progress on this key is pre-empted: its space comes back when
             // its writer reports.
-            sh.drop_pending(key, p, cfg);
+            drop_pending(&mut sh.retired, key, *p, cfg);
         }
         result
     }
@@ -388,24 +492,30 @@ impl Objects {
     /// PutEnd: publishes the write; the previous value (if any) is freed once unread. The end
     /// of a write that was pre-empted or discarded is `INVALID_WRITE`, and its space is freed.
     pub fn end(&self, kv: &KeyVersion, writer: u64, segs: &Segments) -> i32 {
-        let mut sh = self.shard(&kv.key);
+        let (hash, si) = self.locate(&kv.key);
+        let now = self.now();
+        let mut sh = self.shard(si);
         let sh = &mut *sh;
-        let current = sh
-            .map
-            .get(&kv.key)
+        let slot = sh.table.find(hash, &kv.key);
+        let current = slot
+            .and_then(|s| sh.table.get(s))
             .and_then(|o| o.pending.as_ref())
             .is_some_and(|p| p.v.id == kv.version);
-        if !current {
-            return sh.not_current(kv, writer, segs, &|r| self.emit(|| r));
-        }
-        let o = sh.map.get_mut(&kv.key).unwrap_or_else(|| unreachable!());
-        let p = o.pending.take().unwrap_or_else(|| unreachable!());
-        o.last_access = Instant::now();
+        let Some(o) = slot.filter(|_| current).and_then(|s| sh.table.get_mut(s)) else {
+            return sh.not_current(slot.is_some(), kv, writer, segs, &|r| self.emit(|| r));
+        };
+        let Some(p) = o.pending.take() else {
+            return code::INVALID_WRITE;
+        };
+        o.last_access = now;
         let hard_pin = o.hard_pin;
         self.emit(|| super::durable::unhold_record(&kv.key, kv.version));
-        self.emit(|| super::durable::put_record(&kv.key, p.v.size, &p.v.replicas, hard_pin));
+        self.emit(|| {
+            let named = segs.named(p.v.replicas.as_slice());
+            super::durable::put_record(&kv.key, p.v.size, &named, hard_pin)
+        });
         if let Some(old) = o.complete.replace(p.v) {
-            sh.drop_complete(segs, old);
+            drop_complete(&mut sh.retired, segs, old, None);
         }
         code::OK
     }
@@ -413,125 +523,146 @@ impl Objects {
     /// PutRevoke: drops the write (the writer has stopped writing), keeping an older value. The
     /// revoke of a write that was pre-empted or discarded frees its space (`INVALID_WRITE`).
     pub fn revoke(&self, kv: &KeyVersion, writer: u64, segs: &Segments) -> i32 {
-        let mut sh = self.shard(&kv.key);
-        let current = sh
-            .map
-            .get(&kv.key)
+        let (hash, si) = self.locate(&kv.key);
+        let mut sh = self.shard(si);
+        let slot = sh.table.find(hash, &kv.key);
+        let current = slot
+            .and_then(|s| sh.table.get(s))
             .and_then(|o| o.pending.as_ref())
             .is_some_and(|p| p.v.id == kv.version);
-        if !current {
-            return sh.not_current(kv, writer, segs, &|r| self.emit(|| r));
-        }
-        let Some(o) = sh.map.get_mut(&kv.key) else {
+        let (Some(slot), true) = (slot, current) else {
+            return sh.not_current(slot.is_some(), kv, writer, segs, &|r| self.emit(|| r));
+        };
+        let Some(o) = sh.table.get_mut(slot) else {
             return code::OBJECT_NOT_FOUND;
         };
-        let p = o.pending.take().unwrap_or_else(|| unreachable!());
-        free_all(segs, &p.v.replicas);
+        let Some(p) = o.pending.take() else {
+            return code::INVALID_WRITE;
+        };
+        free_all(segs, p.v.size, &p.v.replicas);
         if o.complete.is_none() {
-            sh.map.remove(&kv.key);
+            sh.table.remove(slot);
         }
         self.emit(|| super::durable::unhold_record(&kv.key, kv.version));
         code::OK
     }
 
     /// Replica lists for reading; each hit adds a read hold of `reader` and extends the lease.
-    pub fn get(&self, key: &str, reader: u64, cfg: &MasterConfig) -> GetResult {
-        let now = Instant::now();
-        let miss = |code| GetResult {
-            code,
-            size: 0,
-            version: 0,
-            replicas: Vec::new(),
-        };
-        let mut sh = self.shard(key);
-        let Some(o) = sh.map.get_mut(key) else {
-            return miss(code::OBJECT_NOT_FOUND);
-        };
-        let Some(c) = o.complete.as_mut() else {
-            return miss(code::REPLICA_IS_NOT_READY);
-        };
-        add_hold(&mut c.holds, reader, now);
-        let until = now + cfg.lease_ttl;
-        o.lease_until = Some(o.lease_until.map_or(until, |t| t.max(until)));
-        o.last_access = now;
-        if o.soft_pin_until.is_some() {
-            o.soft_pin_until = Some(now + cfg.soft_pin_ttl);
-        }
-        GetResult {
-            code: code::OK,
-            size: c.size,
-            version: c.id,
-            replicas: c.replicas.iter().map(Replica::desc).collect(),
-        }
+    /// The shard locks are let go before the replicas are resolved against the segment table.
+    pub fn get(
+        &self,
+        keys: &[String],
+        reader: u64,
+        cfg: &MasterConfig,
+        segs: &Segments,
+    ) -> Vec<GetResult> {
+        let now = self.now();
+        let lease_until = now.saturating_add(nanos(cfg.lease_ttl));
+        let soft_until = now.saturating_add(nanos(cfg.soft_pin_ttl));
+        let found: Vec<Result<(u64, u64, Replicas), i32>> = keys
+            .iter()
+            .map(|key| {
+                let (hash, si) = self.locate(key);
+                let mut sh = self.shard(si);
+                let slot = sh.table.find(hash, key).ok_or(code::OBJECT_NOT_FOUND)?;
+                let o = sh.table.get_mut(slot).ok_or(code::OBJECT_NOT_FOUND)?;
+                let c = o.complete.as_mut().ok_or(code::REPLICA_IS_NOT_READY)?;
+                c.holds.add(reader, now);
+                o.lease_until = o.lease_until.max(lease_until);
+                o.last_access = now;
+                if o.soft_pin_until != 0 {
+                    o.soft_pin_until = soft_until;
+                }
+                Ok((c.size, c.id, c.replicas.clone()))
+            })
+            .collect();
+        segs.with_view(|view| {
+            found
+                .into_iter()
+                .map(|f| {
+                    let (size, version, reps) = match f {
+                        Ok(found) => found,
+                        Err(code) => return GetResult::miss(code),
+                    };
+                    let replicas: Vec<_> = reps
+                        .as_slice()
+                        .iter()
+                        .filter_map(|r| view.desc(r, size))
+                        .collect();
+                    if replicas.is_empty() {
+                        // Its segments were unmounted since the shard was read: the object
+                        // went with them.
+                        return GetResult::miss(code::OBJECT_NOT_FOUND);
+                    }
+                    GetResult {
+                        code: code::OK,
+                        size,
+                        version,
+                        replicas,
+                    }
+                })
+                .collect()
+        })
     }
 
     /// A read of `kv.version` by `reader` finished.
     pub fn read_done(&self, kv: &KeyVersion, reader: u64, segs: &Segments) {
-        let mut sh = self.shard(&kv.key);
+        let (hash, si) = self.locate(&kv.key);
+        let mut sh = self.shard(si);
+        let sh = &mut *sh;
         if let Some(c) = sh
-            .map
-            .get_mut(&kv.key)
+            .table
+            .find(hash, &kv.key)
+            .and_then(|s| sh.table.get_mut(s))
             .and_then(|o| o.complete.as_mut())
             .filter(|c| c.id == kv.version)
         {
-            end_hold(&mut c.holds, reader);
+            c.holds.end(reader);
             return;
         }
         if let Some(r) = sh.retired.get_mut(&kv.version) {
-            end_hold(&mut r.holds, reader);
-            if r.due(Instant::now()) {
-                let r = sh
-                    .retired
-                    .remove(&kv.version)
-                    .unwrap_or_else(|| unreachable!());
-                free_all(segs, &r.replicas);
+            r.holds.end(reader);
+            if r.due(self.now()) {
+                if let Some(r) = sh.retired.remove(&kv.version) {
+                    free_all(segs, r.size, &r.replicas);
+                }
             }
         }
     }
 
-    /// 1 when readable (granting a lease), 0 otherwise.
-    pub fn exist(&self, key: &str, cfg: &MasterConfig) -> i32 {
-        let now = Instant::now();
-        let mut sh = self.shard(key);
-        match sh.map.get_mut(key) {
-            Some(o) if o.complete.is_some() => {
-                let until = now + cfg.lease_ttl;
-                o.lease_until = Some(o.lease_until.map_or(until, |t| t.max(until)));
-                1
-            }
-            _ => 0,
-        }
+    /// Per key: 1 when readable (granting a lease), 0 otherwise.
+    pub fn exist(&self, keys: &[String], cfg: &MasterConfig) -> Vec<i32> {
+        let now = self.now();
+        let until = now.saturating_add(nanos(cfg.lease_ttl));
+        keys.iter()
+            .map(|key| {
+                let (hash, si) = self.locate(key);
+                let mut sh = self.shard(si);
+                match sh.table.find(hash, key).and_then(|s| sh.table.get_mut(s)) {
+                    Some(o) if o.complete.is_some() => {
+                        o.lease_until = o.lease_until.max(until);
+                        1
+                    }
+                    _ => 0,
+                }
+            })
+            .collect()
     }
 
     /// Removes one key: `OBJECT_HAS_LEASE` under a lease unless `force`.
     pub fn remove(&self, key: &str, force: bool, segs: &Segments, cfg: &MasterConfig) -> i32 {
-        let mut sh = self.shard(key);
-        let c = sh.try_remove(key, force, Instant::now(), segs, cfg);
-        if c == code::OK {
-            self.emit(|| super::durable::del_record(key));
+        let (hash, si) = self.locate(key);
+        let now = self.now();
+        let mut sh = self.shard(si);
+        let Some(slot) = sh.table.find(hash, key) else {
+            return code::OBJECT_NOT_FOUND;
+        };
+        if let Err(c) = sh.removable(slot, force, now) {
+            return c;
         }
-        c
-    }
-
-    /// Removes every key `pred` accepts (skipping leased ones unless `force`); returns the count.
-    pub fn remove_matching(
-        &self,
-        pred: impl Fn(&str) -> bool,
-        force: bool,
-        segs: &Segments,
-        cfg: &MasterConfig,
-    ) -> i64 {
-        let now = Instant::now();
-        let mut n = 0;
-        for mut sh in self.all() {
-            let keys: Vec<String> = sh.map.keys().filter(|k| pred(k)).cloned().collect();
-            for k in keys {
-                if sh.try_remove(&k, force, now, segs, cfg) == code::OK {
-                    self.emit(|| super::durable::del_record(&k));
-                    n += 1;
-                }
-            }
-        }
-        n
+        sh.remove_slot(slot, segs, cfg, None);
+        self.emit(|| super::durable::del_record(key));
+        self.removed.fetch_add(1, Ordering::Relaxed);
+        code::OK
     }
 }

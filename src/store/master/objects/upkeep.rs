@@ -1,58 +1,92 @@
 //! Background passes over every shard: segments dropped, read holds and retired buffers ended,
-//! stale writes discarded, soft pins expired, and eviction.
+//! stale writes discarded, soft pins expired, sparse slabs compacted, and eviction.
 
 use super::super::MasterConfig;
 use super::super::segments::Segments;
 use super::holds::hold_live;
-use super::{Objects, lease_active};
-use crate::store::proto::code;
-use std::collections::HashSet;
-use std::time::Instant;
+use super::{Objects, Tick, drop_pending, lease_active, nanos};
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashSet};
 
-/// What an eviction pass may consider.
+/// What an eviction pass may consider: where the object is and which version it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Candidate {
-    last_access: Instant,
     soft: bool,
-    size: u64,
-    key: String,
+    last_access: Tick,
+    version: u64,
+    shard: usize,
+    slot: u32,
+    bytes: u64,
+}
+
+impl Candidate {
+    fn rank(&self) -> (bool, Tick, u64) {
+        (self.soft, self.last_access, self.version)
+    }
+}
+
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.rank().cmp(&other.rank())
+    }
+}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl Objects {
     /// Drops every replica on the given segments (they were unmounted); objects left with no
     /// replica disappear. Returns the objects dropped.
-    pub fn drop_segments(&self, ids: &HashSet<u64>) -> usize {
+    pub fn drop_segments(&self, ids: &HashSet<u32>) -> usize {
+        let keep = |r: &super::Replica| !ids.contains(&r.seg);
         let mut dropped = 0;
         for mut sh in self.all() {
-            let before = sh.map.len();
-            sh.map.retain(|_, o| {
-                if let Some(c) = o.complete.as_mut() {
-                    c.replicas.retain(|r| !ids.contains(&r.seg));
-                    if c.replicas.is_empty() {
-                        o.complete = None;
+            let sh = &mut *sh;
+            let slots: Vec<u32> = sh.table.iter().map(|(s, _)| s).collect();
+            for s in slots {
+                let Some(o) = sh.table.get_mut(s) else {
+                    continue;
+                };
+                if let Some(mut c) = o.complete.take() {
+                    if let Some(r) = c.replicas.kept(keep) {
+                        c.replicas = r;
+                        o.complete = Some(c);
                     }
                 }
-                if let Some(p) = o.pending.as_mut() {
-                    p.v.replicas.retain(|r| !ids.contains(&r.seg));
-                    if p.v.replicas.is_empty() {
-                        o.pending = None;
+                if let Some(mut p) = o.pending.take() {
+                    if let Some(r) = p.v.replicas.kept(keep) {
+                        p.v.replicas = r;
+                        o.pending = Some(p);
                     }
                 }
-                o.complete.is_some() || o.pending.is_some()
+                if o.complete.is_none() && o.pending.is_none() {
+                    sh.table.remove(s);
+                    dropped += 1;
+                }
+            }
+            sh.retired.retain(|_, r| match r.replicas.kept(keep) {
+                Some(x) => {
+                    r.replicas = x;
+                    true
+                }
+                None => false,
             });
-            dropped += before - sh.map.len();
-            sh.retired.retain(|_, r| {
-                r.replicas.retain(|x| !ids.contains(&x.seg));
-                !r.replicas.is_empty()
-            });
+            sh.table.compact();
         }
+        self.removed
+            .fetch_add(dropped as u64, std::sync::atomic::Ordering::Relaxed);
         dropped
     }
 
     /// Periodic work: ends read holds that are no longer live (`alive` tells whether a client's
     /// heartbeats are arriving), frees retired buffers that are due, discards writes older than
-    /// the discard timeout, ends expired soft pins.
+    /// the discard timeout, ends expired soft pins, compacts slabs left sparse by removals.
     pub fn sweep(&self, segs: &Segments, cfg: &MasterConfig, alive: &dyn Fn(u64) -> bool) {
-        let now = Instant::now();
+        let now = self.now();
+        let discard = nanos(cfg.put_start_discard_timeout);
         for mut sh in self.all() {
             let sh = &mut *sh;
             for r in sh.retired.values_mut() {
@@ -61,72 +95,105 @@ impl Objects {
             for (key, version) in sh.free_due(now, segs) {
                 self.emit(|| super::super::durable::unhold_record(&key, version));
             }
-            let stale: Vec<String> = sh
-                .map
+            let stale: Vec<u32> = sh
+                .table
                 .iter()
                 .filter(|(_, o)| {
                     o.pending
                         .as_ref()
-                        .is_some_and(|p| p.started + cfg.put_start_discard_timeout <= now)
+                        .is_some_and(|p| p.started.saturating_add(discard) <= now)
                 })
-                .map(|(k, _)| k.clone())
+                .map(|(s, _)| s)
                 .collect();
-            for k in stale {
-                let Some(o) = sh.map.get_mut(&k) else {
+            for s in stale {
+                let Some(o) = sh.table.get_mut(s) else {
                     continue;
                 };
-                let p = o.pending.take().unwrap_or_else(|| unreachable!());
+                let Some(p) = o.pending.take() else {
+                    continue;
+                };
                 let gone = o.complete.is_none();
-                sh.drop_pending(&k, p, cfg);
+                drop_pending(&mut sh.retired, &o.key, *p, cfg);
                 if gone {
-                    sh.map.remove(&k);
+                    sh.table.remove(s);
                 }
             }
-            for o in sh.map.values_mut() {
-                if o.soft_pin_until.is_some_and(|t| t <= now) {
-                    o.soft_pin_until = None;
+            for o in sh.table.values_mut() {
+                if o.soft_pin_until != 0 && o.soft_pin_until <= now {
+                    o.soft_pin_until = 0;
                 }
                 if let Some(c) = o.complete.as_mut() {
                     c.holds.retain(|h| hold_live(h, now, cfg, alive));
                 }
             }
+            sh.table.compact();
         }
     }
 
     /// Evicts roughly least-recently-used objects until `target` bytes are freed, skipping
     /// leased, hard-pinned and unfinished objects (soft-pinned ones last, when allowed).
-    /// Returns the bytes freed.
+    /// Returns the bytes freed. Only the oldest candidates that cover `target` are kept while
+    /// the shards are scanned (a few words each, no keys), so the pass needs memory for what
+    /// it evicts, not for every object.
     pub fn evict(&self, target: u64, segs: &Segments, cfg: &MasterConfig) -> u64 {
-        let now = Instant::now();
-        let mut cands: Vec<Candidate> = Vec::new();
-        for sh in self.all() {
-            for (k, o) in &sh.map {
-                let Some(c) = &o.complete else { continue };
-                let soft = o.soft_pin_until.is_some();
-                if o.hard_pin
-                    || o.pending.is_some()
-                    || lease_active(o, now)
-                    || !c.holds.is_empty()
-                    || (soft && !cfg.allow_evict_soft_pinned)
-                {
+        if target == 0 {
+            return 0;
+        }
+        let now = self.now();
+        let evictable = |o: &super::Object| {
+            let soft = o.soft_pin_until != 0;
+            !(o.hard_pin
+                || o.pending.is_some()
+                || lease_active(o, now)
+                || o.complete.as_ref().is_none_or(|c| !c.holds.is_empty())
+                || (soft && !cfg.allow_evict_soft_pinned))
+        };
+        let mut heap: BinaryHeap<Candidate> = BinaryHeap::new();
+        let mut covered = 0u64;
+        for (si, sh) in self.all().enumerate() {
+            for (slot, o) in sh.table.iter() {
+                let Some(c) = o.complete.as_ref().filter(|_| evictable(o)) else {
+                    continue;
+                };
+                let cand = Candidate {
+                    soft: o.soft_pin_until != 0,
+                    last_access: o.last_access,
+                    version: c.id,
+                    shard: si,
+                    slot,
+                    bytes: c.size.saturating_mul(c.replicas.len() as u64),
+                };
+                if covered >= target && heap.peek().is_some_and(|top| cand >= *top) {
                     continue;
                 }
-                cands.push(Candidate {
-                    last_access: o.last_access,
-                    soft,
-                    size: c.size * c.replicas.len() as u64,
-                    key: k.clone(),
-                });
+                covered = covered.saturating_add(cand.bytes);
+                heap.push(cand);
+                while let Some(top) = heap.peek() {
+                    if covered - top.bytes < target {
+                        break;
+                    }
+                    covered -= top.bytes;
+                    heap.pop();
+                }
             }
         }
-        cands.sort_by_key(|c| (c.soft, c.last_access));
         let mut freed = 0;
-        for c in cands {
+        for c in heap.into_sorted_vec() {
             if freed >= target {
                 break;
             }
-            if self.remove(&c.key, false, segs, cfg) == code::OK {
-                freed += c.size;
+            let mut sh = self.shard(c.shard);
+            let same = sh.table.get(c.slot).is_some_and(|o| {
+                evictable(o) && o.complete.as_ref().is_some_and(|v| v.id == c.version)
+            });
+            if !same || sh.removable(c.slot, false, now) != Ok(()) {
+                continue;
+            }
+            if let Some(key) = sh.remove_slot(c.slot, segs, cfg, None) {
+                self.emit(|| super::super::durable::del_record(&key));
+                self.removed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                freed += c.bytes;
             }
         }
         freed

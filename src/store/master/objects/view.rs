@@ -1,10 +1,9 @@
 //! Read-only views for the admin HTTP routes: key listings and one key's state, with no side
 //! effects (no lease, no access time).
 
-use super::super::segments::Replica;
+use super::super::segments::Segments;
 use super::Objects;
 use crate::store::proto::code;
-use std::time::Instant;
 
 /// Keys of complete objects for an admin listing (see [`Objects::list_keys`]).
 #[derive(Debug, Clone, Default)]
@@ -40,7 +39,7 @@ impl Objects {
         let mut bytes = 0usize;
         let mut full = false;
         for sh in self.all() {
-            for (k, o) in &sh.map {
+            for (_, o) in sh.table.iter() {
                 if o.complete.is_none() {
                     continue;
                 }
@@ -48,12 +47,13 @@ impl Objects {
                 if full {
                     continue;
                 }
+                let k = &o.key;
                 if out.keys.len() >= max_items || bytes + k.len() + 1 > max_bytes {
                     full = true;
                     continue;
                 }
                 bytes += k.len() + 1;
-                out.keys.push(k.clone());
+                out.keys.push(k.to_string());
             }
         }
         out
@@ -62,17 +62,28 @@ impl Objects {
     /// Read-only admin query of one key: its complete value's size and replicas, lease and pins.
     /// Grants no lease and adds no read hold (unlike Get). `OBJECT_NOT_FOUND`, or
     /// `REPLICA_IS_NOT_READY` while only a write is in flight.
-    pub fn peek(&self, key: &str) -> Result<KeyInfo, i32> {
-        let now = Instant::now();
-        let sh = self.shard(key);
-        let o = sh.map.get(key).ok_or(code::OBJECT_NOT_FOUND)?;
+    pub fn peek(&self, key: &str, segs: &Segments) -> Result<KeyInfo, i32> {
+        let now = self.now();
+        let (hash, si) = self.locate(key);
+        let sh = self.shard(si);
+        let o = sh
+            .table
+            .find(hash, key)
+            .and_then(|s| sh.table.get(s))
+            .ok_or(code::OBJECT_NOT_FOUND)?;
         let c = o.complete.as_ref().ok_or(code::REPLICA_IS_NOT_READY)?;
         Ok(KeyInfo {
             size: c.size,
-            replicas: c.replicas.iter().map(Replica::desc).collect(),
-            lease_left: o.lease_until.filter(|t| *t > now).map(|t| t - now),
+            replicas: segs.descs(c.replicas.as_slice(), c.size),
+            lease_left: (o.lease_until > now)
+                .then(|| std::time::Duration::from_nanos(o.lease_until - now)),
             hard_pin: o.hard_pin,
-            soft_pin: o.soft_pin_until.is_some_and(|t| t > now),
+            soft_pin: o.soft_pin_until > now,
         })
+    }
+
+    /// Bytes the shards' slabs and indexes hold (keys and boxed parts not counted).
+    pub fn footprint(&self) -> usize {
+        self.all().map(|s| s.table.footprint()).sum()
     }
 }
