@@ -164,6 +164,18 @@ def test_bad_input_to_a_dummy_and_to_the_real_client(cluster):
                 s.recv(100)
             except OSError:
                 pass
+    # A hostile dummy naming offsets past the memory it shared is refused by the real client.
+    from tidewire import _store_wire as wire
+
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        wire.send(s, {"op": "share", "pid": os.getpid(), "fd": _fd_of(p), "size": 4096, "id": 1})
+        assert wire.recv(s)["rc"] == 0
+        for call in (["put_from", ["bad/h", [1, 4000], 4096, None]],
+                     ["batch_get_into", [["bad/still"], [[1, 0]], [1 << 30]]],
+                     ["get_into", ["bad/still", [1, 5000], 1]]):
+            wire.send(s, {"op": "call", "m": call[0], "a": call[1]})
+            rep = wire.recv(s)
+            assert rep.get("rc") == -600 and "outside the shared region" in rep["error"], rep
     assert d.put("bad/still", b"up") == 0 and d.get("bad/still") == b"up"
     # A second setup_dummy is a no-op; a real client that is not there is -900.
     assert d.setup_dummy(0, 0, real.address) == 0
@@ -174,6 +186,13 @@ def test_bad_input_to_a_dummy_and_to_the_real_client(cluster):
     s.close()
     assert gone.setup_dummy(0, 0, dead) == -900
     d.close()
+
+
+def _fd_of(addr):
+    """The memfd behind allocator memory at ``addr``."""
+    from tidewire._store_types import shared_region, shared_regions
+
+    return shared_regions()[shared_region(addr, 1)[0]][2]
 
 
 def test_a_dead_real_client_fails_calls_at_once(cluster):

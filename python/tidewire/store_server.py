@@ -60,11 +60,14 @@ class Session:
         self.store, self.sock = store, sock
         self.regions = {}  # id -> (mmap, address, size)
 
-    def addr(self, ref):
+    def addr(self, ref, length=0):
+        """The address of ``[region, offset]`` here; ``ValueError`` unless ``length`` bytes
+        from it lie inside that region (a dummy never reaches memory it did not share)."""
         rid, off = ref
         base, size = self.regions[rid][1], self.regions[rid][2]
-        if not 0 <= off <= size:
-            raise ValueError("offset outside the shared region")
+        length = int(length)
+        if not (0 <= off <= size and 0 <= length <= size - off):
+            raise ValueError("a range outside the shared region")
         return base + off
 
     def share(self, msg):
@@ -89,12 +92,16 @@ class Session:
         kind = _ADDR_ARGS.get(name)
         if kind:
             how, i = kind
-            if how == "one":
-                a[i] = self.addr(a[i])
+            if name == "get_into_ranges":  # bases; each fragment must stay inside its region
+                ends = [max((d + z for ds, zs in zip(dd, zz) for d, z in zip(ds, zs)), default=0)
+                        for dd, zz in zip(a[2], a[4])]
+                a[0] = [self.addr(r, e) for r, e in zip(a[0], ends)]
+            elif how == "one":
+                a[i] = self.addr(a[i], a[i + 1])
             elif how == "list":
-                a[i] = [self.addr(r) for r in a[i]]
+                a[i] = [self.addr(r, n) for r, n in zip(a[i], a[i + 1])]
             else:
-                a[i] = [[self.addr(r) for r in rs] for rs in a[i]]
+                a[i] = [[self.addr(r, n) for r, n in zip(rs, ns)] for rs, ns in zip(a[i], a[i + 1])]
         vk = _VALUE_ARGS.get(name)
         if vk == "one":
             a[1] = base64.b64decode(a[1])
