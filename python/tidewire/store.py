@@ -480,9 +480,11 @@ class MooncakeDistributedStore(TensorCalls):
         n = len(enc)
         cptrs, csizes = _c_buffers(ptrs, sizes)
         karr, klens, _keep = _c_keys(enc)
-        res = (c_int64 * n)()
-        rc = _ffi.lib().tw_store_get_into(self._h, karr, klens, cptrs, csizes, n, res)
-        return [rc] * n if rc != 0 else list(res)
+        # array("q").tolist() is much cheaper than list() of a ctypes array.
+        res = array("q", bytes(8 * n))
+        cres = ctypes.cast(res.buffer_info()[0], POINTER(c_int64))
+        rc = _ffi.lib().tw_store_get_into(self._h, karr, klens, cptrs, csizes, n, cres)
+        return [rc] * n if rc != 0 else res.tolist()
 
     def get_into(self, key, buffer_ptr, size):
         """Reads one key into caller memory: bytes read or a negative code."""
@@ -732,12 +734,16 @@ class MooncakeDistributedStore(TensorCalls):
         if n == 0:
             return []
         karr, klens, _keep = _c_keys(enc)
-        res = (c_int32 * n)()
-        rc = _ffi.lib().tw_store_exist(self._h, karr, klens, n, res)
+        res, cres = _codes(n)
+        rc = _ffi.lib().tw_store_exist(self._h, karr, klens, n, cres)
         if rc != 0:
             return [-1] * n
+        out = res.tolist()
+        if min(out) >= 0:
+            # Every key answered (1 or 0): the common case, with no per-key Python work.
+            return out
         # The empty key is absent (Mooncake), not a bad key.
-        return [r if r in (0, 1) else 0 if not k else -1 for r, k in zip(res, enc)]
+        return [r if r in (0, 1) else 0 if not k else -1 for r, k in zip(out, enc)]
 
     def is_exist(self, key):
         """1 present, 0 absent, -1 error."""

