@@ -43,7 +43,7 @@ import operator
 import os
 import threading
 from array import array
-from ctypes import POINTER, byref, c_int32, c_int64, c_size_t, c_uint64, c_void_p
+from ctypes import POINTER, byref, c_int64, c_size_t, c_uint64, c_void_p
 
 from . import _ffi
 from . import _store_setup as _setup_args
