@@ -142,15 +142,17 @@ def test_replica_descriptors(cluster):
 
 
 def test_setup_forms(cluster):
-    m, _, _ = cluster
-    host, port = m.address.split(":")
+    m, peer, _ = cluster
+    # The value goes to the peer's segment: this client's own goes away with its close().
+    on_peer = ReplicateConfig()
+    on_peer.preferred_segment = peer.ready["hostname"]
     # LMCache's dict: string values, its own spelling of the master address.
     s = MooncakeDistributedStore()
     assert s.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
                     "global_segment_size": "8mb", "local_buffer_size": "4 MiB",
                     "protocol": "tcp", "device_name": "", "master_server_address": m.address,
                     "tenant_id": "default", "unknown_key": "ignored"}) == 0
-    assert s.put("setup/a", b"dict") == 0 and s.get("setup/a") == b"dict"
+    assert s.put("setup/a", b"dict", on_peer) == 0 and s.get("setup/a") == b"dict"
     s.close()
     # Mooncake's keywords, as SGLang passes them.
     s = MooncakeDistributedStore()
