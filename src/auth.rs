@@ -183,6 +183,24 @@ impl AuthStream for &TcpStream {
     }
 }
 
+impl AuthStream for crate::net::Prefixed<'_> {
+    fn set_read_deadline_in(&mut self, left: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(left))
+    }
+}
+
+/// What a keyed server's connection core needs before a worker runs [`server`]: the client's
+/// whole hello (a peer that stops short of it never holds a worker), or its first 8 bytes when
+/// they are not the hello's magic (a keyless peer, refused at once).
+pub fn want_hello(head: &[u8]) -> crate::net::Want {
+    let keyless = head.len() >= 8 && head[..8] != HELLO_MAGIC;
+    if head.len() < HELLO_LEN && !keyless {
+        crate::net::Want::More(HELLO_LEN)
+    } else {
+        crate::net::Want::Ready
+    }
+}
+
 /// Fills `buf` before `deadline`. An end of stream before the first byte is `UnexpectedEof`.
 fn read_by(s: &mut impl AuthStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
     let mut got = 0;

@@ -17,6 +17,7 @@ mod ffi;
 pub mod gpu;
 pub mod memory;
 pub mod metadata;
+pub mod net;
 pub mod store;
 pub mod transport;
 

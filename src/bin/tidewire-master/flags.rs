@@ -10,7 +10,7 @@ use tidewire::store::master::segments::Strategy;
 pub struct Flags {
     pub rpc_address: String,
     pub rpc_port: u16,
-    pub rpc_thread_num: usize,
+    pub max_connections: usize,
     pub metrics_host: Option<String>,
     pub metrics_port: u16,
     pub enable_metric_reporting: bool,
@@ -37,7 +37,10 @@ tidewire-master: the tidewire Store master (accepts mooncake_master's flags, -f=
 
   --rpc_address=A                    address to bind (default 0.0.0.0)
   --rpc_port=P                       RPC port (default 50051)
-  --rpc_thread_num=N                 most concurrent client connections (default 512)
+  --max_connections=N                most client connections open at once (default 16384;
+                                     idle ones cost no thread)
+  --rpc_thread_num=N                 accepted for mooncake_master's command lines; threads
+                                     follow the CPU count here, not this number
   --client_ttl=S                     seconds without a heartbeat before a client's segments
                                      take no new placements (10)
   --client_grace_sec=S               further silent seconds before they are dropped with their
@@ -118,7 +121,7 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
     let mut f = Flags {
         rpc_address: "0.0.0.0".into(),
         rpc_port: 50051,
-        rpc_thread_num: 512,
+        max_connections: tidewire::store::master::server::DEFAULT_MAX_CONNECTIONS,
         metrics_host: None,
         metrics_port: 9003,
         enable_metric_reporting: true,
@@ -173,11 +176,14 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
         match name.as_str() {
             "rpc_address" => f.rpc_address = v.to_string(),
             "rpc_port" | "port" => f.rpc_port = number(&name, v)?,
-            "rpc_thread_num" | "max_threads" => {
+            "max_connections" => {
                 let n: usize = number(&name, v)?;
                 if n > 0 {
-                    f.rpc_thread_num = n;
+                    f.max_connections = n;
                 }
+            }
+            "rpc_thread_num" | "max_threads" => {
+                let _: usize = number(&name, v)?;
             }
             "client_ttl" => m.client_ttl = Duration::from_secs(number(&name, v)?),
             "client_grace_sec" => m.client_grace = Duration::from_secs(number(&name, v)?),

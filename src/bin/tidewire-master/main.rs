@@ -34,7 +34,7 @@ fn run(f: flags::Flags) -> Result<(), String> {
     }
     let rpc = bind(&f.rpc_address, f.rpc_port, "rpc")?;
     let opts = ServerOptions {
-        max_connections: f.rpc_thread_num,
+        max_connections: f.max_connections,
         // Never logged: the value is a secret.
         auth_key: tidewire::auth::AuthKey::new(&std::env::var("TW_AUTH_KEY").unwrap_or_default()),
         ..ServerOptions::default()

@@ -1,38 +1,44 @@
-//! The master's RPC listener: one accept thread, one thread per connection up to a cap (no async
-//! runtime), a background tick thread. Every connection waits at most `idle_timeout` for the
-//! next request and `io_timeout` for the rest of a frame once it started.
+//! The master's RPC listener, on the connection core (`crate::net`: no thread per connection, no
+//! async runtime), and a background tick thread. A connection waits at most `idle_timeout` for
+//! its next request (parked on the reactor, costing no thread) and `io_timeout` for the rest of
+//! a frame once it started; at the cap a new connection gets an error reply and is closed.
 
 use super::Master;
+use crate::auth::{AuthKey, Purpose};
 use crate::log::Level;
-use crate::store::proto::{self, FLAG_ONE_WAY, FrameError, Reply, Request, code};
+use crate::net::{self, AtCap, Limits, Listening, Next, Prefixed, Session, Want, Worker};
+use crate::store::proto::{self, FLAG_ONE_WAY, FrameError, HEADER_LEN, Reply, Request, code};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Limits of the RPC server.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
-    /// Most connections served at once; more are answered with an error and closed.
+    /// Most connections open at once; more are answered with an error and closed.
     pub max_connections: usize,
     /// How long an idle connection is kept.
     pub idle_timeout: Duration,
     /// Deadline for the rest of a frame and for writing a reply.
     pub io_timeout: Duration,
     /// Pre-shared key clients must prove when they connect (`TW_AUTH_KEY`); off = none.
-    pub auth_key: crate::auth::AuthKey,
+    pub auth_key: AuthKey,
 }
+
+/// The default connection cap: a cluster's worth of clients (each holds one connection).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
 
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
-            max_connections: 512,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: Duration::from_secs(300),
             io_timeout: Duration::from_secs(10),
-            auth_key: crate::auth::AuthKey::default(),
+            auth_key: AuthKey::default(),
         }
     }
 }
@@ -41,8 +47,8 @@ impl Default for ServerOptions {
 pub struct MasterServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    fd: i32,
-    threads: Vec<JoinHandle<()>>,
+    listening: Option<Listening>,
+    ticker: Option<JoinHandle<()>>,
 }
 
 impl MasterServer {
@@ -54,40 +60,33 @@ impl MasterServer {
     ) -> std::io::Result<MasterServer> {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let fd = listener.as_raw_fd();
-        let active = Arc::new(AtomicUsize::new(0));
-        let (m, st) = (master.clone(), stop.clone());
-        let accept = std::thread::Builder::new()
-            .name("tw-master-accept".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    // Acquire pairs with the Release in drop.
-                    if st.load(Ordering::Acquire) {
-                        break;
-                    }
-                    match conn {
-                        Ok(s) => admit(s, &m, &active, &opts),
-                        Err(e) => {
-                            tw_log!(Level::Debug, "master accept: {e}");
-                            std::thread::sleep(Duration::from_millis(10));
-                        }
-                    }
-                }
-            })?;
-        let (m, st) = (master, stop.clone());
+        let limits = Limits {
+            max_connections: opts.max_connections.max(1),
+            idle_timeout: opts.idle_timeout,
+            first_request: opts.io_timeout.min(opts.idle_timeout),
+            head_timeout: opts.io_timeout,
+            at_cap: AtCap::Refuse,
+        };
+        let service = Arc::new(MasterService {
+            master: master.clone(),
+            opts,
+        });
+        let listening = net::serve(listener, service, limits)?;
+        let st = stop.clone();
         let ticker = std::thread::Builder::new()
             .name("tw-master-tick".into())
             .spawn(move || {
+                // Acquire pairs with the Release in drop.
                 while !st.load(Ordering::Acquire) {
-                    m.tick();
+                    master.tick();
                     std::thread::sleep(Duration::from_millis(100));
                 }
             })?;
         Ok(MasterServer {
             addr,
             stop,
-            fd,
-            threads: vec![accept, ticker],
+            listening: Some(listening),
+            ticker: Some(ticker),
         })
     }
 
@@ -97,102 +96,128 @@ impl MasterServer {
     }
 }
 
-fn admit(s: TcpStream, master: &Arc<Master>, active: &Arc<AtomicUsize>, opts: &ServerOptions) {
-    let _ = s.set_nodelay(true);
-    if active.fetch_add(1, Ordering::AcqRel) >= opts.max_connections {
-        active.fetch_sub(1, Ordering::AcqRel);
-        let mut s = s;
-        let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-        let _ = send(
-            &mut s,
-            &Reply::Error {
-                code: code::RPC_FAIL,
-                message: "master: too many connections".into(),
-            },
-        );
-        return;
-    }
-    let (m, a, o) = (master.clone(), active.clone(), opts.clone());
-    let spawned = std::thread::Builder::new()
-        .name("tw-master-conn".into())
-        .spawn(move || {
-            serve(s, &m, &o);
-            a.fetch_sub(1, Ordering::AcqRel);
-        });
-    if let Err(e) = spawned {
-        active.fetch_sub(1, Ordering::AcqRel);
-        tw_log!(
-            Level::Error,
-            "master: cannot start a connection thread: {e}"
-        );
-    }
+struct MasterService {
+    master: Arc<Master>,
+    opts: ServerOptions,
 }
 
-fn send(s: &mut TcpStream, r: &Reply) -> std::io::Result<()> {
-    proto::write_frame(s, 0, &proto::encode(r))
-}
-
-fn serve(mut s: TcpStream, master: &Master, opts: &ServerOptions) {
-    let _ = s.set_write_timeout(Some(opts.io_timeout));
-    let deadline = std::time::Instant::now() + opts.io_timeout;
-    let purpose = crate::auth::Purpose::Store;
-    if let Err(e) = crate::auth::server(&mut &s, &opts.auth_key, purpose, deadline) {
-        crate::auth::log_refusal("master", s.peer_addr().ok(), &e);
-        return;
+impl net::Service for MasterService {
+    fn name(&self) -> &'static str {
+        "master"
     }
-    loop {
-        // Idle wait: until a byte arrives, the peer closes, or the idle deadline passes.
-        let _ = s.set_read_timeout(Some(opts.idle_timeout));
-        match s.peek(&mut [0u8; 1]) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+
+    fn open(&self, stream: &TcpStream) -> Box<dyn Session> {
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_write_timeout(Some(self.opts.io_timeout));
+        let _ = stream.set_read_timeout(Some(self.opts.io_timeout));
+        Box::new(MasterSession {
+            master: self.master.clone(),
+            key: self.opts.auth_key.clone(),
+            io_timeout: self.opts.io_timeout,
+            proven: !self.opts.auth_key.is_on(),
+        })
+    }
+
+    fn refuse(&self, fd: RawFd) {
+        let reply = Reply::Error {
+            code: code::RPC_FAIL,
+            message: "master: too many connections".into(),
+        };
+        let mut frame = Vec::new();
+        if proto::write_frame(&mut frame, 0, &proto::encode(&reply)).is_ok() {
+            net::write_now(fd, &frame);
         }
-        let _ = s.set_read_timeout(Some(opts.io_timeout));
-        let (header, body) = match proto::read_frame(&mut s) {
+    }
+}
+
+struct MasterSession {
+    master: Arc<Master>,
+    key: AuthKey,
+    io_timeout: Duration,
+    /// The peer proved the key (or none is needed).
+    proven: bool,
+}
+
+impl Session for MasterSession {
+    fn want(&mut self, head: &[u8]) -> Want {
+        if !self.proven {
+            return crate::auth::want_hello(head);
+        }
+        net::want_frame(head, HEADER_LEN, |h| {
+            let h: &[u8; HEADER_LEN] = h.try_into().ok()?;
+            proto::parse_header(h)
+                .ok()
+                .map(|h| HEADER_LEN + h.len as usize)
+        })
+    }
+
+    fn serve(&mut self, stream: &TcpStream, head: Vec<u8>, worker: &Worker) -> Next {
+        let mut r = Prefixed::new(&head, stream);
+        if !self.proven {
+            let deadline = Instant::now() + self.io_timeout;
+            if let Err(e) = crate::auth::server(&mut r, &self.key, Purpose::Store, deadline) {
+                crate::auth::log_refusal("master", stream.peer_addr().ok(), &e);
+                return Next::Close;
+            }
+            self.proven = true;
+            let _ = stream.set_read_timeout(Some(self.io_timeout));
+            if !r.has_head() && !worker.more_soon(stream.as_raw_fd()) {
+                return Next::Park;
+            }
+        }
+        loop {
+            if !self.serve_one(&mut r) {
+                return Next::Close;
+            }
+            if !r.has_head() && !worker.more_soon(stream.as_raw_fd()) {
+                return Next::Park;
+            }
+        }
+    }
+}
+
+impl MasterSession {
+    /// Reads, answers and replies to one request. False: the connection ends.
+    fn serve_one(&self, r: &mut Prefixed<'_>) -> bool {
+        let (header, body) = match proto::read_frame(r) {
             Ok(f) => f,
             Err(FrameError::Bad(m)) => {
-                tw_log!(
-                    Level::Warn,
-                    "master: bad frame from {:?}: {m}",
-                    s.peer_addr().ok()
-                );
+                tw_log!(Level::Warn, "master: bad frame: {m}");
                 let _ = send(
-                    &mut s,
+                    r,
                     &Reply::Error {
                         code: code::INVALID_PARAMS,
                         message: m,
                     },
                 );
-                return;
+                return false;
             }
-            Err(_) => return,
+            Err(_) => return false,
         };
         let reply = match proto::decode::<Request>(&body) {
-            Ok(req) => master.handle(req),
+            Ok(req) => self.master.handle(req),
             Err(m) => Some(Reply::Error {
                 code: code::INVALID_PARAMS,
                 message: m,
             }),
         };
         if header.flags & FLAG_ONE_WAY != 0 {
-            continue;
+            return true;
         }
-        let reply = reply.unwrap_or(Reply::Ok);
-        if send(&mut s, &reply).is_err() {
-            return;
-        }
-        let _ = s.flush();
+        send(r, &reply.unwrap_or(Reply::Ok)).is_ok()
     }
+}
+
+fn send(s: &mut impl Write, r: &Reply) -> std::io::Result<()> {
+    proto::write_frame(s, 0, &proto::encode(r))
 }
 
 impl Drop for MasterServer {
     fn drop(&mut self) {
-        // Release pairs with the Acquire in the threads.
+        // Release pairs with the Acquire in the ticker.
         self.stop.store(true, Ordering::Release);
-        // SAFETY: `fd` is the listener owned by the accept thread, open until that thread exits;
-        // shutdown(2) on a listening socket makes a blocked accept return on Linux.
-        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
-        for t in self.threads.drain(..) {
+        self.listening.take();
+        if let Some(t) = self.ticker.take() {
             let _ = t.join();
         }
     }

@@ -1,0 +1,154 @@
+//! The worker pool: permanent workers, spares started when every worker is busy and work
+//! waits, up to a cap; spares leave when idle.
+
+use super::{LINGER, SPARE_WORKER_IDLE};
+use crate::log::Level;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use std::cell::Cell;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// A unit of work: serving one connection until it parks or closes.
+pub(super) type Job = Box<dyn FnOnce(&Worker) + Send>;
+
+thread_local! {
+    static ON_WORKER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True on a worker thread of the core (which must not wait for the core to stop).
+pub(super) fn on_worker() -> bool {
+    ON_WORKER.with(|w| w.get())
+}
+
+/// What a session sees of the worker that serves it.
+pub struct Worker {
+    queue: Receiver<Job>,
+}
+
+impl Worker {
+    /// True when other connections wait for a worker (a streaming connection should then hand
+    /// its worker back between requests).
+    pub fn others_waiting(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// True when the connection on `fd` has its next request (or its end of stream) here within
+    /// [`LINGER`] and no other connection waits for this worker: serve on. False: park it.
+    pub fn more_soon(&self, fd: RawFd) -> bool {
+        !self.others_waiting() && super::sys::readable_within(fd, LINGER)
+    }
+}
+
+pub(super) struct Pool {
+    tx: Mutex<Option<Sender<Job>>>,
+    rx: Receiver<Job>,
+    idle: AtomicUsize,
+    total: AtomicUsize,
+    permanent: usize,
+    most: usize,
+    stopping: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Pool {
+    pub(super) fn new() -> Arc<Pool> {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let pool = Arc::new(Pool {
+            tx: Mutex::new(Some(tx)),
+            rx,
+            idle: AtomicUsize::new(0),
+            total: AtomicUsize::new(0),
+            permanent: cores.max(2),
+            most: (4 * cores).max(16),
+            stopping: AtomicBool::new(false),
+            threads: Mutex::default(),
+        });
+        for _ in 0..pool.permanent {
+            pool.spawn(true);
+        }
+        pool
+    }
+
+    /// Worker threads running now.
+    pub(super) fn threads(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Queues `job`; starts a spare worker when none is idle.
+    pub(super) fn run(self: &Arc<Self>, job: Job) {
+        let sent = {
+            let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+            tx.as_ref().map(|tx| tx.send(job).is_ok())
+        };
+        if sent != Some(true) {
+            return;
+        }
+        // Relaxed: a heuristic; a spare too many or too few costs a thread or a short wait.
+        if self.idle.load(Ordering::Relaxed) == 0 && self.total.load(Ordering::Relaxed) < self.most
+        {
+            self.spawn(false);
+        }
+    }
+
+    fn spawn(self: &Arc<Self>, permanent: bool) {
+        let n = self.total.fetch_add(1, Ordering::Relaxed);
+        let pool = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("tw-net-{n}"))
+            .spawn(move || pool.work(permanent));
+        match spawned {
+            Ok(h) => {
+                let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+                threads.retain(|t| !t.is_finished());
+                threads.push(h);
+            }
+            Err(e) => {
+                self.total.fetch_sub(1, Ordering::Relaxed);
+                tw_log!(Level::Error, "net: cannot start a worker thread: {e}");
+            }
+        }
+    }
+
+    fn work(&self, permanent: bool) {
+        ON_WORKER.with(|w| w.set(true));
+        let worker = Worker {
+            queue: self.rx.clone(),
+        };
+        loop {
+            self.idle.fetch_add(1, Ordering::Relaxed);
+            let got = if permanent {
+                self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            } else {
+                self.rx.recv_timeout(SPARE_WORKER_IDLE)
+            };
+            self.idle.fetch_sub(1, Ordering::Relaxed);
+            match got {
+                Ok(job) => job(&worker),
+                Err(_) => break,
+            }
+            // Acquire pairs with the Release in `stop`.
+            if self.stopping.load(Ordering::Acquire) && self.rx.is_empty() {
+                break;
+            }
+        }
+        self.total.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Lets the workers finish what is queued and exit, and waits for them (unless called on a
+    /// worker, which cannot wait for itself).
+    pub(super) fn stop(&self) {
+        // Release pairs with the Acquire in `work`.
+        self.stopping.store(true, Ordering::Release);
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if on_worker() {
+            return;
+        }
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}

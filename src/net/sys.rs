@@ -1,0 +1,160 @@
+//! The few system calls the connection core needs that std does not wrap: an epoll instance,
+//! an eventfd to wake it, non-blocking receive and send, and `shutdown(2)` by descriptor.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// Readable, the peer's end of stream, errors: what the core waits for on a connection.
+/// Edge-triggered, so bytes that sit unread while a worker owns the connection raise no event
+/// storm; the reactor looks at the socket itself whenever a connection comes back to it.
+pub const CONN_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+/// A listening socket or the wake-up eventfd: level-triggered readable.
+pub const LEVEL_IN: u32 = libc::EPOLLIN as u32;
+
+/// An epoll instance.
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    /// A new epoll instance (close-on-exec).
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: plain system call without pointers.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by epoll_create1 and is owned by nobody else.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a live epoll_event for the duration of the call; the kernel copies it.
+        let r = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), op, fd, &mut ev) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Watches `fd` for `events`, reporting `token`.
+    pub fn add(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, events, token)
+    }
+
+    /// Stops watching `fd` (closing it does the same).
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Waits at most `timeout` for events, filling `out`; returns how many arrived.
+    pub fn wait(&self, out: &mut [libc::epoll_event], timeout: Duration) -> io::Result<usize> {
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `out` is a live, writable slice of `out.len()` epoll_event.
+        let r = unsafe {
+            libc::epoll_wait(
+                self.0.as_raw_fd(),
+                out.as_mut_ptr(),
+                out.len().min(i32::MAX as usize) as i32,
+                ms,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        Ok(r as usize)
+    }
+}
+
+/// An eventfd: any thread may `wake` it; the reactor `drain`s it.
+pub struct Wake(OwnedFd);
+
+impl Wake {
+    /// A new non-blocking eventfd.
+    pub fn new() -> io::Result<Wake> {
+        // SAFETY: plain system call without pointers.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by eventfd and is owned by nobody else.
+        Ok(Wake(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// The descriptor to watch.
+    pub fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+
+    /// Makes the eventfd readable.
+    pub fn wake(&self) {
+        let one = 1u64;
+        // SAFETY: writes the 8 bytes of `one`, a live u64; a full counter (EAGAIN) is harmless,
+        // the eventfd is readable then anyway.
+        unsafe { libc::write(self.fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Resets the eventfd.
+    pub fn drain(&self) {
+        let mut v = 0u64;
+        // SAFETY: reads at most 8 bytes into `v`, a live u64.
+        unsafe { libc::read(self.fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+/// Receives into `buf` without blocking: `Ok(0)` is the end of the stream,
+/// `WouldBlock` means nothing is there yet.
+pub fn recv_now(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is a live, writable slice of `buf.len()` bytes.
+        let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Sends what fits of `buf` without blocking (for short refusals written by the reactor).
+pub fn send_now(fd: RawFd, buf: &[u8]) {
+    // SAFETY: `buf` is a live slice of `buf.len()` bytes; errors are ignored on purpose.
+    unsafe {
+        libc::send(
+            fd,
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+}
+
+/// True when bytes (or the end of the stream) can be read from `fd` within `wait`.
+pub fn readable_within(fd: RawFd, wait: Duration) -> bool {
+    let mut pfd = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    let ts = libc::timespec {
+        tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: wait.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `pfd` is a live array of one pollfd and `ts` a timespec, both valid for the call.
+    let r = unsafe { libc::ppoll(pfd.as_mut_ptr(), 1, &ts, std::ptr::null()) };
+    r > 0
+}
+
+/// Ends both directions of `fd` so that a thread blocked on it wakes up.
+///
+/// The caller guarantees `fd` is an open socket that is not closed concurrently.
+pub fn shutdown_fd(fd: RawFd) {
+    // SAFETY: per the caller's guarantee `fd` is open; shutdown(2) only changes its state.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}
