@@ -42,11 +42,11 @@ pub struct Config {
     pub io_timeout: Duration,
     /// Every task ends (COMPLETED or FAILED) within this time of its submission.
     pub transfer_timeout: Duration,
-    /// Most concurrent connections the data server serves (one thread each).
+    /// Most connections the data server keeps open (idle ones cost no thread).
     pub max_data_connections: usize,
     /// The data server closes a connection idle (between requests) this long.
     pub data_idle_timeout: Duration,
-    /// Most handshake/RPC requests served at once.
+    /// Most handshake/RPC request connections open at once.
     pub rpc_max_concurrent: usize,
     /// Most received notifications held until taken.
     pub notify_max_count: usize,
@@ -104,9 +104,9 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(5),
             io_timeout: Duration::from_secs(30),
             transfer_timeout: Duration::from_secs(30),
-            max_data_connections: 512,
-            data_idle_timeout: Duration::from_secs(120),
-            rpc_max_concurrent: 32,
+            max_data_connections: crate::transport::tcp::server::DEFAULT_MAX_CONNECTIONS,
+            data_idle_timeout: Duration::from_secs(60),
+            rpc_max_concurrent: 1024,
             notify_max_count: crate::engine::notify_queue::DEFAULT_MAX_COUNT,
             notify_max_bytes: crate::engine::notify_queue::DEFAULT_MAX_BYTES,
             rdma_max_passive_endpoints: 256,
@@ -166,15 +166,15 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     (
         "max_data_connections",
-        "most connections the data server serves at once (default 512)",
+        "most connections the data server keeps open (default 16384)",
     ),
     (
         "data_idle_timeout_ms",
-        "the data server closes connections idle this long (default 120000)",
+        "the data server closes connections idle this long (default 60000)",
     ),
     (
         "rpc_max_concurrent",
-        "most handshake/RPC requests served at once (default 32)",
+        "most handshake/RPC request connections open at once (default 1024)",
     ),
     (
         "notify_max_count",
@@ -281,7 +281,9 @@ impl Config {
             "data_idle_timeout_ms" => {
                 self.data_idle_timeout = Duration::from_millis(ranged(key, value, 100, 86_400_000)?)
             }
-            "rpc_max_concurrent" => self.rpc_max_concurrent = ranged(key, value, 1, 1024)? as usize,
+            "rpc_max_concurrent" => {
+                self.rpc_max_concurrent = ranged(key, value, 1, 65_536)? as usize
+            }
             "notify_max_count" => self.notify_max_count = ranged(key, value, 1, 1 << 24)? as usize,
             "notify_max_bytes" => {
                 self.notify_max_bytes = ranged(key, value, 1 << 10, 1 << 40)? as usize

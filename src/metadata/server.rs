@@ -1,42 +1,28 @@
-//! The RPC/handshake listener: one accept thread and a bounded number of request threads (one
-//! request and reply per connection, as Mooncake). Every request must arrive whole within
-//! `io_timeout` of its connection (a client trickling bytes cannot hold a thread longer);
-//! connections beyond `max_concurrent` are closed at once with a warning. Shutdown wakes `accept`
-//! by shutting the listening socket down and ends every open request connection, so it returns
-//! promptly whatever clients do. With an `auth_key`, the peer must prove the key (`crate::auth`)
+//! The RPC/handshake listener, on the connection core (`crate::net`; one request and reply per
+//! connection, as Mooncake). Every request must arrive whole within `io_timeout` of its
+//! connection: a small request is read whole by the reactor before a worker takes it, so a
+//! client trickling bytes holds no thread; connections beyond `max_concurrent` are closed at
+//! once with a warning. Dropping the server stops accepting and ends every open request
+//! connection, so it returns promptly whatever clients do. With an `auth_key`, the peer must prove the key (`crate::auth`)
 //! before its request is read, within the same deadline.
 
 use super::rpc::{self, MsgType};
 use crate::auth::{AuthKey, Purpose};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
-use crate::transport::slots::Slots;
-use std::collections::HashMap;
-use std::io::{Read, Write};
+use crate::net::{self, AtCap, Limits, Listening, Next, Prefixed, Session, Want, Worker};
+use std::io::Read;
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Answers one request: (type, body) → reply body. `None` closes without a reply.
 pub type Handler = dyn Fn(MsgType, &[u8]) -> Option<Vec<u8>> + Send + Sync;
 
-/// Open request connections (a clone of each, to end them at shutdown) and their threads.
-#[derive(Default)]
-struct Active {
-    conns: HashMap<u64, TcpStream>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-/// A running RPC server.
+/// A running RPC server (on the connection core, `crate::net`).
 pub struct RpcServer {
     port: u16,
-    stop: Arc<AtomicBool>,
-    fd: i32,
-    thread: Option<JoinHandle<()>>,
-    active: Arc<Mutex<Active>>,
+    _listening: Listening,
 }
 
 /// Limits of an [`RpcServer`].
@@ -46,7 +32,7 @@ pub struct RpcLimits {
     pub io_timeout: Duration,
     /// Largest frame accepted.
     pub max_len: u64,
-    /// Requests served at once.
+    /// Request connections open at once.
     pub max_concurrent: usize,
 }
 
@@ -59,78 +45,22 @@ impl RpcServer {
         key: AuthKey,
     ) -> std::io::Result<RpcServer> {
         let port = listener.local_addr()?.port();
-        let stop = Arc::new(AtomicBool::new(false));
-        let fd = listener.as_raw_fd();
-        let active: Arc<Mutex<Active>> = Arc::default();
-        let (stop2, active2) = (stop.clone(), active.clone());
-        let slots = Slots::new(limits.max_concurrent.max(1));
-        let thread = std::thread::Builder::new()
-            .name("tw-rpc".into())
-            .spawn(move || {
-                let mut next_id = 0u64;
-                let mut last_warn: Option<Instant> = None;
-                for conn in listener.incoming() {
-                    // Acquire pairs with the Release in `drop`: after the wake-up we see the flag.
-                    if stop2.load(Ordering::Acquire) {
-                        break;
-                    }
-                    let s = match conn {
-                        Ok(s) => s,
-                        Err(e) => {
-                            accept_failed(&e, &mut last_warn);
-                            if stop2.load(Ordering::Acquire) {
-                                break;
-                            }
-                            continue;
-                        }
-                    };
-                    let Some(permit) = slots.try_take() else {
-                        if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                            last_warn = Some(Instant::now());
-                            tw_log!(
-                                Level::Warn,
-                                "rpc: {} requests in progress; refusing {:?}",
-                                slots.cap(),
-                                s.peer_addr().ok()
-                            );
-                        }
-                        continue;
-                    };
-                    let Ok(keep) = s.try_clone() else { continue };
-                    let id = next_id;
-                    next_id += 1;
-                    let (handler, active3, key) = (handler.clone(), active2.clone(), key.clone());
-                    let mut a = active2.lock().unwrap_or_else(|e| e.into_inner());
-                    a.threads.retain(|t| !t.is_finished());
-                    a.conns.insert(id, keep);
-                    let spawned = std::thread::Builder::new()
-                        .name(format!("tw-rpc-{}", id % 1000))
-                        .spawn(move || {
-                            crate::guard::guarded("rpc request", || {
-                                serve_one(s, &*handler, limits, &key)
-                            });
-                            active3
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .conns
-                                .remove(&id);
-                            drop(permit);
-                        });
-                    match spawned {
-                        Ok(t) => a.threads.push(t),
-                        Err(e) => {
-                            a.conns.remove(&id);
-                            tw_log!(Level::Error, "rpc: cannot start a request thread: {e}");
-                        }
-                    }
-                }
-            })?;
+        let core_limits = Limits {
+            max_connections: limits.max_concurrent.max(1),
+            idle_timeout: limits.io_timeout,
+            first_request: limits.io_timeout,
+            head_timeout: limits.io_timeout,
+            at_cap: AtCap::Refuse,
+        };
+        let service = Arc::new(RpcService {
+            handler,
+            limits,
+            key,
+        });
+        let listening = net::serve(listener, service, core_limits)?;
         Ok(RpcServer {
             port,
-            stop,
-            fd,
-            thread: Some(thread),
-            active,
+            _listening: listening,
         })
     }
 
@@ -140,24 +70,65 @@ impl RpcServer {
     }
 }
 
-/// Logs a failed `accept` (rate-limited) and backs off: out of file descriptors (`EMFILE`,
-/// `ENFILE`) or memory needs a real pause, anything else a short one.
-pub(crate) fn accept_failed(e: &std::io::Error, last_warn: &mut Option<Instant>) {
-    let starved = matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    );
-    if starved && last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-        *last_warn = Some(Instant::now());
-        tw_log!(Level::Warn, "accept: {e}; backing off");
-    } else {
-        tw_log!(Level::Debug, "accept: {e}");
+struct RpcService {
+    handler: Arc<Handler>,
+    limits: RpcLimits,
+    key: AuthKey,
+}
+
+impl net::Service for RpcService {
+    fn name(&self) -> &'static str {
+        "rpc"
     }
-    std::thread::sleep(Duration::from_millis(if starved { 100 } else { 10 }));
+
+    fn open(&self, stream: &TcpStream) -> Box<dyn Session> {
+        let _ = stream.set_write_timeout(Some(self.limits.io_timeout));
+        Box::new(RpcSession {
+            handler: self.handler.clone(),
+            limits: self.limits,
+            key: self.key.clone(),
+            started: Instant::now(),
+        })
+    }
+}
+
+/// One request and its reply per connection.
+struct RpcSession {
+    handler: Arc<Handler>,
+    limits: RpcLimits,
+    key: AuthKey,
+    started: Instant,
+}
+
+impl Session for RpcSession {
+    fn want(&mut self, head: &[u8]) -> Want {
+        if self.key.is_on() {
+            return crate::auth::want_hello(head);
+        }
+        net::want_frame(head, 8, |h| {
+            let len = u64::from_ne_bytes(h.try_into().ok()?);
+            (1..=self.limits.max_len)
+                .contains(&len)
+                .then(|| 8 + len as usize)
+        })
+    }
+
+    fn serve(&mut self, stream: &TcpStream, head: Vec<u8>, _worker: &Worker) -> Next {
+        let mut r = Prefixed::new(&head, stream);
+        serve_one(
+            &mut r,
+            stream,
+            &*self.handler,
+            self.limits,
+            &self.key,
+            self.started,
+        );
+        Next::Close
+    }
 }
 
 /// Reads exactly `buf.len()` bytes before `deadline`.
-fn read_exact_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+fn read_exact_by(s: &mut Prefixed<'_>, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
     let mut got = 0;
     while got < buf.len() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -177,7 +148,7 @@ fn read_exact_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::i
 
 /// One frame (`u64` length, type, body), all of it before `deadline`. The body buffer grows as
 /// bytes arrive, so a length claimed but never sent costs nothing.
-fn read_frame_by(s: &mut TcpStream, max_len: u64, deadline: Instant) -> Result<(u8, Vec<u8>)> {
+fn read_frame_by(s: &mut Prefixed<'_>, max_len: u64, deadline: Instant) -> Result<(u8, Vec<u8>)> {
     let io = |what: &str, e: std::io::Error| {
         Error::new(ErrorKind::Socket, format!("reading frame {what}: {e}"))
     };
@@ -201,20 +172,26 @@ fn read_frame_by(s: &mut TcpStream, max_len: u64, deadline: Instant) -> Result<(
     Ok((ty, body))
 }
 
-fn serve_one(mut s: TcpStream, handler: &Handler, limits: RpcLimits, key: &AuthKey) {
-    let deadline = Instant::now() + limits.io_timeout;
-    let _ = s.set_write_timeout(Some(limits.io_timeout));
-    if let Err(e) = crate::auth::server(&mut &s, key, Purpose::Rpc, deadline) {
-        crate::auth::log_refusal("rpc", s.peer_addr().ok(), &e);
+fn serve_one(
+    r: &mut Prefixed<'_>,
+    stream: &TcpStream,
+    handler: &Handler,
+    limits: RpcLimits,
+    key: &AuthKey,
+    started: Instant,
+) {
+    let deadline = started + limits.io_timeout;
+    if let Err(e) = crate::auth::server(r, key, Purpose::Rpc, deadline) {
+        crate::auth::log_refusal("rpc", stream.peer_addr().ok(), &e);
         return;
     }
-    let (ty, body) = match read_frame_by(&mut s, limits.max_len, deadline) {
+    let (ty, body) = match read_frame_by(r, limits.max_len, deadline) {
         Ok(f) => f,
         Err(e) => {
             tw_log!(
                 Level::Warn,
                 "rpc: dropping request from {:?}: {e}",
-                s.peer_addr().ok()
+                stream.peer_addr().ok()
             );
             return;
         }
@@ -229,32 +206,8 @@ fn serve_one(mut s: TcpStream, handler: &Handler, limits: RpcLimits, key: &AuthK
         }
     };
     if let Some(reply) = handler(msg_type, &body) {
-        if rpc::write_frame(&mut s, reply_type, &reply).is_ok() {
-            let _ = s.shutdown(Shutdown::Write);
-            let _ = s.flush();
-        }
-    }
-}
-
-impl Drop for RpcServer {
-    fn drop(&mut self) {
-        // Release pairs with the Acquire in the accept loop.
-        self.stop.store(true, Ordering::Release);
-        // SAFETY: `fd` is the listener owned by the thread, still open until the thread exits;
-        // shutdown(2) on a listening socket makes a blocked accept return on Linux.
-        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let threads = {
-            let mut a = self.active.lock().unwrap_or_else(|e| e.into_inner());
-            for c in a.conns.values() {
-                let _ = c.shutdown(Shutdown::Both);
-            }
-            std::mem::take(&mut a.threads)
-        };
-        for t in threads {
-            let _ = t.join();
+        if rpc::write_frame(r, reply_type, &reply).is_ok() {
+            let _ = stream.shutdown(Shutdown::Write);
         }
     }
 }

@@ -86,28 +86,44 @@ impl Pool {
         if sent != Some(true) {
             return;
         }
+        self.grow_if_starved();
+    }
+
+    /// Starts spare workers while more jobs are queued than workers wait for them (a worker
+    /// counted idle may already be on its way to a job: counting the queue, not only the idle
+    /// workers, keeps a burst of slow jobs from queueing a fast one behind them).
+    pub(super) fn grow_if_starved(self: &Arc<Self>) {
         // Relaxed: a heuristic; a spare too many or too few costs a thread or a short wait.
-        if self.idle.load(Ordering::Relaxed) == 0 && self.total.load(Ordering::Relaxed) < self.most
+        while self.rx.len() > self.idle.load(Ordering::Relaxed)
+            && self.total.load(Ordering::Relaxed) < self.most
         {
-            self.spawn(false);
+            if !self.spawn(false) {
+                break;
+            }
         }
     }
 
-    fn spawn(self: &Arc<Self>, permanent: bool) {
+    /// Starts a worker; false when the thread could not be started.
+    fn spawn(self: &Arc<Self>, permanent: bool) -> bool {
         let n = self.total.fetch_add(1, Ordering::Relaxed);
+        self.idle.fetch_add(1, Ordering::Relaxed);
         let pool = self.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("tw-net-{n}"))
             .spawn(move || pool.work(permanent));
+        // The new worker counts as idle from here, so a loop of `spawn` calls sees it at once.
         match spawned {
             Ok(h) => {
                 let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
                 threads.retain(|t| !t.is_finished());
                 threads.push(h);
+                true
             }
             Err(e) => {
                 self.total.fetch_sub(1, Ordering::Relaxed);
+                self.idle.fetch_sub(1, Ordering::Relaxed);
                 tw_log!(Level::Error, "net: cannot start a worker thread: {e}");
+                false
             }
         }
     }
@@ -117,8 +133,8 @@ impl Pool {
         let worker = Worker {
             queue: self.rx.clone(),
         };
+        // `spawn` counted this worker idle.
         loop {
-            self.idle.fetch_add(1, Ordering::Relaxed);
             let got = if permanent {
                 self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
             } else {
@@ -133,6 +149,7 @@ impl Pool {
             if self.stopping.load(Ordering::Acquire) && self.rx.is_empty() {
                 break;
             }
+            self.idle.fetch_add(1, Ordering::Relaxed);
         }
         self.total.fetch_sub(1, Ordering::Relaxed);
     }

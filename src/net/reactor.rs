@@ -252,6 +252,8 @@ impl Reactor {
                 }
             }
             self.timers();
+            // Work queued behind workers that all block (a slow peer each) gets more workers.
+            self.pool.grow_if_starved();
         }
     }
 

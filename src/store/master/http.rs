@@ -1,4 +1,4 @@
-//! A small HTTP/1.1 server (one request per connection, thread per connection up to a cap,
+//! A small HTTP/1.1 server (one request per connection, on the connection core, up to a cap,
 //! bounded head and body, deadlines) for the master's HTTP metadata service and its admin routes
 //! (Prometheus metrics and the rest, see `admin`).
 //!
@@ -7,13 +7,13 @@
 //! an empty key → 400.
 
 use crate::log::Level;
+use crate::net::{self, AtCap, Limits, Listening, Next, Prefixed, Session, Want, Worker};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 const MAX_HEAD: usize = 16 << 10;
@@ -109,12 +109,10 @@ impl Default for HttpLimits {
 /// Answers one request.
 pub type HttpHandler = dyn Fn(&HttpRequest) -> HttpResponse + Send + Sync;
 
-/// A running HTTP server; dropping it stops accepting.
+/// A running HTTP server (on the connection core, `crate::net`); dropping it stops accepting.
 pub struct HttpServer {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    fd: i32,
-    thread: Option<JoinHandle<()>>,
+    _listening: Listening,
 }
 
 impl HttpServer {
@@ -130,46 +128,18 @@ impl HttpServer {
         limits: HttpLimits,
     ) -> std::io::Result<HttpServer> {
         let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let fd = listener.as_raw_fd();
-        let st = stop.clone();
-        let active = Arc::new(AtomicUsize::new(0));
-        let thread = std::thread::Builder::new()
-            .name("tw-master-http".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    // Acquire pairs with the Release in drop.
-                    if st.load(Ordering::Acquire) {
-                        break;
-                    }
-                    let Ok(s) = conn else {
-                        std::thread::sleep(Duration::from_millis(10));
-                        continue;
-                    };
-                    if active.fetch_add(1, Ordering::AcqRel) >= limits.max_connections {
-                        active.fetch_sub(1, Ordering::AcqRel);
-                        let mut s = s;
-                        let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
-                        let _ = respond(&mut s, HttpResponse::new(503, "text/plain", "busy"));
-                        continue;
-                    }
-                    let (h, a) = (handler.clone(), active.clone());
-                    let spawned = std::thread::Builder::new()
-                        .name("tw-master-http-conn".into())
-                        .spawn(move || {
-                            serve(s, &*h, limits.max_head);
-                            a.fetch_sub(1, Ordering::AcqRel);
-                        });
-                    if spawned.is_err() {
-                        active.fetch_sub(1, Ordering::AcqRel);
-                    }
-                }
-            })?;
+        let core_limits = Limits {
+            max_connections: limits.max_connections.max(1),
+            idle_timeout: IO_TIMEOUT,
+            first_request: IO_TIMEOUT,
+            head_timeout: IO_TIMEOUT,
+            at_cap: AtCap::Refuse,
+        };
+        let service = Arc::new(HttpService { handler, limits });
+        let listening = net::serve(listener, service, core_limits)?;
         Ok(HttpServer {
             addr,
-            stop,
-            fd,
-            thread: Some(thread),
+            _listening: listening,
         })
     }
 
@@ -179,17 +149,90 @@ impl HttpServer {
     }
 }
 
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        // Release pairs with the Acquire in the accept loop.
-        self.stop.store(true, Ordering::Release);
-        // SAFETY: `fd` is the listener owned by the accept thread, open until it exits;
-        // shutdown(2) makes a blocked accept return on Linux.
-        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+struct HttpService {
+    handler: Arc<HttpHandler>,
+    limits: HttpLimits,
+}
+
+impl net::Service for HttpService {
+    fn name(&self) -> &'static str {
+        "http"
+    }
+
+    fn open(&self, stream: &TcpStream) -> Box<dyn Session> {
+        let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+        Box::new(HttpSession {
+            handler: self.handler.clone(),
+            max_head: self.limits.max_head,
+            scanned: 0,
+        })
+    }
+
+    fn refuse(&self, fd: RawFd) {
+        let mut out = Vec::new();
+        let _ = respond(&mut out, HttpResponse::new(503, "text/plain", "busy"));
+        net::write_now(fd, &out);
+    }
+}
+
+/// One request per connection.
+struct HttpSession {
+    handler: Arc<HttpHandler>,
+    max_head: usize,
+    /// How far the head has been searched for its end.
+    scanned: usize,
+}
+
+impl Session for HttpSession {
+    fn want(&mut self, head: &[u8]) -> Want {
+        let from = self.scanned.saturating_sub(3);
+        let Some(p) = head[from..].windows(4).position(|w| w == b"\r\n\r\n") else {
+            self.scanned = head.len();
+            return if head.len() > self.max_head {
+                Want::Ready // answered with 400 by the worker
+            } else {
+                Want::More(self.max_head + 1)
+            };
+        };
+        let end = from + p + 4;
+        let total = std::str::from_utf8(&head[..end])
+            .ok()
+            .and_then(content_length)
+            .map(|n| end.saturating_add(n));
+        match total {
+            Some(t) if t <= net::SMALL_FRAME && head.len() < t => Want::More(t),
+            _ => Want::Ready,
         }
     }
+
+    fn serve(&mut self, stream: &TcpStream, head: Vec<u8>, _worker: &Worker) -> Next {
+        let mut r = Prefixed::new(&head, stream);
+        // The handler builds the whole reply (and drops every lock it took) before a byte is
+        // written, so a slow peer never holds master state.
+        let reply = match read_request(&mut r, self.max_head) {
+            Ok(req) => (self.handler)(&req),
+            Err((status, m)) => {
+                tw_log!(Level::Debug, "http: {m}");
+                HttpResponse::new(status, "text/plain", m.into_bytes())
+            }
+        };
+        let _ = respond(&mut r, reply);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        Next::Close
+    }
+}
+
+/// The `Content-Length` of a request head (0 when absent); `None` when it does not parse.
+fn content_length(head: &str) -> Option<usize> {
+    for l in head.split("\r\n").skip(1) {
+        if let Some((k, v)) = l.split_once(':') {
+            if k.trim().eq_ignore_ascii_case("content-length") {
+                return v.trim().parse().ok();
+            }
+        }
+    }
+    Some(0)
 }
 
 fn reason(status: u16) -> &'static str {
@@ -206,7 +249,7 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-fn respond(s: &mut TcpStream, r: HttpResponse) -> std::io::Result<()> {
+fn respond(s: &mut impl Write, r: HttpResponse) -> std::io::Result<()> {
     let mut head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
         r.status,
@@ -224,22 +267,6 @@ fn respond(s: &mut TcpStream, r: HttpResponse) -> std::io::Result<()> {
     s.write_all(head.as_bytes())?;
     s.write_all(&r.body)?;
     s.flush()
-}
-
-fn serve(mut s: TcpStream, handler: &HttpHandler, max_head: usize) {
-    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = s.set_write_timeout(Some(IO_TIMEOUT));
-    // The handler builds the whole reply (and drops every lock it took) before a byte is
-    // written, so a slow peer never holds master state.
-    let reply = match read_request(&mut s, max_head) {
-        Ok(req) => handler(&req),
-        Err((status, m)) => {
-            tw_log!(Level::Debug, "http: {m}");
-            HttpResponse::new(status, "text/plain", m.into_bytes())
-        }
-    };
-    let _ = respond(&mut s, reply);
-    let _ = s.shutdown(std::net::Shutdown::Write);
 }
 
 /// Percent-decodes a query component (`+` is a space), invalid UTF-8 replaced.
@@ -274,7 +301,7 @@ pub fn percent_decode_bytes(s: &str) -> Vec<u8> {
     out
 }
 
-fn read_request(s: &mut TcpStream, max_head: usize) -> Result<HttpRequest, (u16, String)> {
+fn read_request(s: &mut impl Read, max_head: usize) -> Result<HttpRequest, (u16, String)> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let head_end = loop {

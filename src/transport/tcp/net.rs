@@ -175,6 +175,24 @@ impl RecvBuf {
         }
     }
 
+    /// Drops whatever is buffered.
+    pub fn clear(&mut self) {
+        self.start = 0;
+        self.end = 0;
+    }
+
+    /// Appends `bytes` (at most what fits after the buffered ones) as if read from the socket.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.end + bytes.len() > self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let k = bytes.len().min(self.buf.len() - self.end);
+        self.buf[self.end..self.end + k].copy_from_slice(&bytes[..k]);
+        self.end += k;
+    }
+
     /// Bytes buffered and not consumed.
     pub fn available(&self) -> usize {
         self.end - self.start

@@ -72,6 +72,13 @@ impl Replies {
         self.payload_bytes += len;
     }
 
+    /// Drops everything pending (the connection it was for has ended).
+    pub fn discard(&mut self) {
+        self.frames.clear();
+        self.payloads.clear();
+        self.payload_bytes = 0;
+    }
+
     /// Sends everything pending on `fd`, in order.
     pub fn flush(&mut self, fd: RawFd) -> io::Result<()> {
         if self.payloads.is_empty() {

@@ -1,10 +1,13 @@
-//! Data server: one accept thread and one named thread per connection, at most
-//! `max_connections` of them (connections beyond the cap are closed at once, with a warning).
-//! Every request's range is checked against the remote-accessible registered regions before a
-//! byte is touched, and the session stays pinned inside that region until the copy is done, so
-//! `unregister` can fence it (see `memory::pins`). A connection that sends nothing for
-//! `idle_timeout` is closed, and so is one whose request does not arrive in time: a header must
-//! be complete within `io_timeout` of its first byte, a payload of `size` bytes within
+//! Data server, on the connection core (`crate::net`): a connection waiting for its next
+//! request is parked on the reactor (no thread); once a whole 24-byte header is there a worker
+//! serves it, and keeps serving while requests keep coming, at most `max_connections` open
+//! (at the cap the connection quiet the longest is closed, so a flood of idle connections cannot
+//! lock out a new peer). Every request's range is checked against the remote-accessible
+//! registered regions before a byte is touched, and the session stays pinned inside that region
+//! until the copy is done, so `unregister` can fence it (see `memory::pins`). A connection that
+//! sends nothing for `idle_timeout` is closed (10 s for one that never sent a whole request),
+//! and so is one whose request does not arrive in time: a header must be complete within
+//! `io_timeout` of its first byte, a payload of `size` bytes within
 //! `io_timeout + size / MIN_PAYLOAD_RATE` of its header (per frame, not per `read`, so trickling
 //! a byte at a time does not keep a session alive; the check runs around each read, so the end
 //! comes at most one socket timeout after the deadline). Small replies are gathered and sent
@@ -23,14 +26,12 @@ use crate::auth::{AuthKey, Purpose};
 use crate::log::Level;
 use crate::memory::pins::PinSlot;
 use crate::memory::{Pinned, Registry, raw};
-use crate::transport::slots::{Permit, Slots};
-use std::collections::HashMap;
+use crate::net::{self, AtCap, Limits, Listening, Next, Prefixed, Session, Want, Worker};
+use std::cell::RefCell;
 use std::io;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const RECV_BUF: usize = 256 << 10;
@@ -41,6 +42,10 @@ const FLUSH_AT: usize = 512 << 10;
 /// and this many bytes while the replies already written drain to the peer.
 const LINGER_TIME: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 64 << 20;
+/// A connection that has not sent a whole request this long after it was accepted is closed.
+pub const FIRST_REQUEST: Duration = Duration::from_secs(10);
+/// The default cap on open data connections: thousands of peers, each with its lanes.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
 
 /// Ends a connection without losing the replies written so far (READ payloads, the rejection
 /// frame). Closing a socket with unread input (the rejected WRITE's payload, pipelined requests)
@@ -68,17 +73,6 @@ fn lingering_close(stream: &TcpStream) {
     }
 }
 
-/// Open sessions by id: the socket (to end it at shutdown or eviction), when it last started a
-/// request (ms since the server started) and the thread. A session removes its socket here,
-/// under the lock, before closing it, so every fd listed is open.
-#[derive(Default)]
-struct SessionList {
-    streams: HashMap<u64, (i32, Arc<AtomicU64>)>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-type Sessions = Arc<Mutex<SessionList>>;
-
 /// Limits of a [`TcpServer`].
 #[derive(Debug, Clone, Copy)]
 pub struct DataLimits {
@@ -86,7 +80,7 @@ pub struct DataLimits {
     pub io_timeout: Duration,
     /// A connection silent this long between requests is closed.
     pub idle_timeout: Duration,
-    /// Connections served at once.
+    /// Connections open at once.
     pub max_connections: usize,
     /// Congestion control of accepted connections (the sending side of READ replies).
     pub congestion: super::sockopt::Congestion,
@@ -95,10 +89,7 @@ pub struct DataLimits {
 /// A running data server.
 pub struct TcpServer {
     port: u16,
-    stop: Arc<AtomicBool>,
-    fd: i32,
-    accept: Option<JoinHandle<()>>,
-    sessions: Sessions,
+    _listening: Listening,
 }
 
 impl TcpServer {
@@ -109,115 +100,23 @@ impl TcpServer {
         limits: DataLimits,
         key: AuthKey,
     ) -> io::Result<TcpServer> {
-        let slots = Slots::new(limits.max_connections.max(1));
         let port = listener.local_addr()?.port();
-        let stop = Arc::new(AtomicBool::new(false));
-        let sessions: Sessions = Arc::default();
-        let fd = listener.as_raw_fd();
-        let (stop2, sessions2) = (stop.clone(), sessions.clone());
-        let accept = std::thread::Builder::new()
-            .name("tw-tcp-accept".into())
-            .spawn(move || {
-                let counter = AtomicUsize::new(0);
-                let mut last_warn: Option<Instant> = None;
-                let epoch = Instant::now();
-                for conn in listener.incoming() {
-                    // Acquire pairs with the Release in `drop`.
-                    if stop2.load(Ordering::Acquire) {
-                        break;
-                    }
-                    let stream = match conn {
-                        Ok(s) => s,
-                        Err(e) => {
-                            crate::metadata::server::accept_failed(&e, &mut last_warn);
-                            continue;
-                        }
-                    };
-                    let Some(permit) = slots
-                        .try_take()
-                        .or_else(|| make_room(&sessions2, &slots, epoch))
-                    else {
-                        if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                            last_warn = Some(Instant::now());
-                            tw_log!(
-                                Level::Warn,
-                                "tcp: {} connections open; refusing {:?}",
-                                slots.cap(),
-                                stream.peer_addr().ok()
-                            );
-                        }
-                        continue;
-                    };
-                    let _ = stream.set_nodelay(true);
-                    let _ = stream.set_write_timeout(Some(limits.io_timeout));
-                    let _ =
-                        stream.set_read_timeout(Some(limits.io_timeout.min(limits.idle_timeout)));
-                    let _ = super::sockopt::harden(
-                        &stream,
-                        limits.idle_timeout.min(Duration::from_secs(60)),
-                        limits.io_timeout,
-                    );
-                    if let Err(e) = limits.congestion.apply(&stream) {
-                        tw_log!(Level::Debug, "tcp: congestion control not set: {e}");
-                    }
-                    let active = Arc::new(AtomicU64::new(since(epoch)));
-                    let keep = (stream.as_raw_fd(), active.clone());
-                    let reg = registry.clone();
-                    let key = key.clone();
-                    let n = counter.fetch_add(1, Ordering::Relaxed);
-                    let id = n as u64;
-                    let sessions3 = sessions2.clone();
-                    // Registered before the session starts, so its own removal always finds it.
-                    let mut list = sessions2.lock().unwrap_or_else(|e| e.into_inner());
-                    list.threads.retain(|h| !h.is_finished());
-                    list.streams.insert(id, keep);
-                    let spawned = std::thread::Builder::new()
-                        .name(format!("tw-tcp-srv-{n}"))
-                        .spawn(move || {
-                            let peer = stream.peer_addr().ok();
-                            let slot = reg.pin_slot(stream.as_raw_fd());
-                            crate::guard::guarded("tcp session", || {
-                                if !authenticate(&stream, &key, limits) {
-                                    return;
-                                }
-                                let session = Session {
-                                    slot: &slot,
-                                    limits,
-                                    active: &active,
-                                    epoch,
-                                };
-                                if let Err(e) = serve(&stream, &reg, session) {
-                                    tw_log!(Level::Debug, "tcp session {peer:?} ended: {e}");
-                                }
-                            });
-                            // From here on `unregister` leaves this socket alone.
-                            slot.detach();
-                            // End the connection itself so the peer sees it close now, and
-                            // release the clone kept for shutdown.
-                            let _ = stream.shutdown(Shutdown::Both);
-                            sessions3
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .streams
-                                .remove(&id);
-                            drop(slot);
-                            drop(permit);
-                        });
-                    match spawned {
-                        Ok(h) => list.threads.push(h),
-                        Err(e) => {
-                            list.streams.remove(&id);
-                            tw_log!(Level::Error, "cannot spawn tcp session thread: {e}");
-                        }
-                    }
-                }
-            })?;
+        let core_limits = Limits {
+            max_connections: limits.max_connections.max(1),
+            idle_timeout: limits.idle_timeout,
+            first_request: FIRST_REQUEST,
+            head_timeout: limits.io_timeout,
+            at_cap: AtCap::EvictQuietest,
+        };
+        let service = Arc::new(DataService {
+            registry,
+            limits,
+            key,
+        });
+        let listening = net::serve(listener, service, core_limits)?;
         Ok(TcpServer {
             port,
-            stop,
-            fd,
-            accept: Some(accept),
-            sessions,
+            _listening: listening,
         })
     }
 
@@ -227,91 +126,130 @@ impl TcpServer {
     }
 }
 
-impl Drop for TcpServer {
+struct DataService {
+    registry: Arc<Registry>,
+    limits: DataLimits,
+    key: AuthKey,
+}
+
+impl net::Service for DataService {
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn open(&self, stream: &TcpStream) -> Box<dyn Session> {
+        let limits = self.limits;
+        let _ = stream.set_nodelay(true);
+        let _ = stream.set_write_timeout(Some(limits.io_timeout));
+        let _ = stream.set_read_timeout(Some(limits.io_timeout.min(limits.idle_timeout)));
+        let _ = super::sockopt::harden(
+            stream,
+            limits.idle_timeout.min(Duration::from_secs(60)),
+            limits.io_timeout,
+        );
+        if let Err(e) = limits.congestion.apply(stream) {
+            tw_log!(Level::Debug, "tcp: congestion control not set: {e}");
+        }
+        Box::new(DataSession {
+            registry: self.registry.clone(),
+            slot: self.registry.pin_slot(stream.as_raw_fd()),
+            limits,
+            key: self.key.clone(),
+            proven: !self.key.is_on(),
+            last_large_write: false,
+        })
+    }
+}
+
+/// One data connection's state between requests.
+struct DataSession {
+    registry: Arc<Registry>,
+    slot: Arc<PinSlot>,
+    limits: DataLimits,
+    key: AuthKey,
+    /// The peer proved the key (or none is needed).
+    proven: bool,
+    /// The last request was a large WRITE (the next one likely is too).
+    last_large_write: bool,
+}
+
+impl Drop for DataSession {
     fn drop(&mut self) {
-        // Release pairs with the Acquire in the accept loop.
-        self.stop.store(true, Ordering::Release);
-        // SAFETY: `fd` is the listener owned by the accept thread and still open; shutdown(2)
-        // wakes its blocked accept.
-        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
+        // The socket closes right after: from here on `unregister` leaves it alone.
+        self.slot.detach();
+    }
+}
+
+thread_local! {
+    /// A worker's receive buffer and reply queue, lent to the connection it serves (both are
+    /// empty whenever a connection is handed back).
+    static BUFFERS: RefCell<Option<Box<(RecvBuf, Replies)>>> = const { RefCell::new(None) };
+}
+
+impl Session for DataSession {
+    fn want(&mut self, head: &[u8]) -> Want {
+        if !self.proven {
+            return crate::auth::want_hello(head);
         }
-        let threads = {
-            let mut list = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-            for &(fd, _) in list.streams.values() {
-                // SAFETY: sessions remove their fd from the list (under this lock, held here)
-                // before closing it, so `fd` is an open socket; shutdown(2) wakes its I/O.
-                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        if head.len() < HEADER_LEN {
+            Want::More(HEADER_LEN)
+        } else {
+            Want::Ready
+        }
+    }
+
+    fn serve(&mut self, stream: &TcpStream, head: Vec<u8>, worker: &Worker) -> Next {
+        let mut head = head;
+        if !self.proven {
+            if !authenticate(stream, &head, &self.key, self.limits) {
+                return Next::Close;
             }
-            std::mem::take(&mut list.threads)
-        };
-        for h in threads {
-            let _ = h.join();
+            self.proven = true;
+            head.clear();
+            if !worker.more_soon(stream.as_raw_fd()) {
+                return Next::Park;
+            }
         }
+        let mut bufs = BUFFERS
+            .with(|b| b.borrow_mut().take())
+            .unwrap_or_else(|| Box::new((RecvBuf::new(RECV_BUF), Replies::new())));
+        let (rb, replies) = &mut *bufs;
+        rb.push(&head);
+        let next = match serve(stream, self, rb, replies, worker) {
+            Ok(next) => next,
+            Err(e) => {
+                tw_log!(
+                    Level::Debug,
+                    "tcp session {:?} ended: {e}",
+                    stream.peer_addr().ok()
+                );
+                Next::Close
+            }
+        };
+        if next == Next::Close {
+            rb.clear();
+            replies.discard();
+            self.slot.leave();
+        }
+        BUFFERS.with(|b| *b.borrow_mut() = Some(bufs));
+        next
     }
 }
 
 /// Longest time a new connection has to prove the key.
 const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// With `key` on, runs the server side of the key exchange on a new connection (logging a
-/// refusal with the peer's address) and restores the session's read timeout. True = serve it.
-fn authenticate(stream: &TcpStream, key: &AuthKey, limits: DataLimits) -> bool {
-    if !key.is_on() {
-        return true;
-    }
+/// Runs the server side of the key exchange, the client's hello being `hello` (logging a
+/// refusal with the peer's address), and restores the session's read timeout. True = serve it.
+fn authenticate(stream: &TcpStream, hello: &[u8], key: &AuthKey, limits: DataLimits) -> bool {
     let step = limits.io_timeout.min(limits.idle_timeout);
     let deadline = Instant::now() + step.min(AUTH_TIMEOUT);
-    if let Err(e) = crate::auth::server(&mut &*stream, key, Purpose::Data, deadline) {
+    let mut r = Prefixed::new(hello, stream);
+    if let Err(e) = crate::auth::server(&mut r, key, Purpose::Data, deadline) {
         crate::auth::log_refusal("tcp", stream.peer_addr().ok(), &e);
         return false;
     }
     stream.set_read_timeout(Some(step)).is_ok()
-}
-
-/// Milliseconds since `epoch`.
-fn since(epoch: Instant) -> u64 {
-    epoch.elapsed().as_millis() as u64
-}
-
-/// At the connection cap: ends the session that has been quiet the longest (it is most likely
-/// idle; a live peer reconnects transparently) and waits briefly for its slot, so that a flood of
-/// idle connections cannot lock out a new peer. `None` when no slot came free.
-fn make_room(sessions: &Sessions, slots: &Arc<Slots>, epoch: Instant) -> Option<Permit> {
-    {
-        let list = sessions.lock().unwrap_or_else(|e| e.into_inner());
-        // Relaxed: an approximate age is enough to pick a victim.
-        let quietest = list
-            .streams
-            .values()
-            .min_by_key(|(_, a)| a.load(Ordering::Relaxed))?;
-        if since(epoch).saturating_sub(quietest.1.load(Ordering::Relaxed)) < 100 {
-            return None; // every session is busy
-        }
-        // SAFETY: listed fds are open while the lock is held (sessions remove theirs under it
-        // before closing); shutdown(2) only ends that connection.
-        unsafe { libc::shutdown(quietest.0, libc::SHUT_RDWR) };
-    }
-    let until = Instant::now() + Duration::from_millis(200);
-    loop {
-        if let Some(p) = slots.try_take() {
-            return Some(p);
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// What a session needs besides its socket and the registry.
-struct Session<'a> {
-    slot: &'a PinSlot,
-    limits: DataLimits,
-    /// When the session last started a request (ms since `epoch`).
-    active: &'a AtomicU64,
-    epoch: Instant,
 }
 
 /// Slowest average rate at which a request's payload must arrive: a frame of `size` bytes gets
@@ -333,23 +271,25 @@ fn timed_out(e: &io::Error) -> bool {
     )
 }
 
-fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::Result<()> {
-    let Session {
-        slot,
-        limits,
-        active,
-        epoch,
-    } = session;
-    // The socket's read timeout is min(io_timeout, idle_timeout): a stall in the middle of a
-    // request ends the connection at once; between requests, silent periods add up until
-    // `idle_timeout` (no per-request system call to switch timeouts).
-    let step = limits.io_timeout.min(limits.idle_timeout);
-    let mut idle = Duration::ZERO;
+/// Serves requests from what `rb` holds and the socket, while they keep coming.
+fn serve(
+    stream: &TcpStream,
+    session: &mut DataSession,
+    rb: &mut RecvBuf,
+    replies: &mut Replies,
+    worker: &Worker,
+) -> io::Result<Next> {
+    let limits = session.limits;
+    let registry = &*session.registry;
+    let slot = &*session.slot;
     let fd = stream.as_raw_fd();
-    let mut rb = RecvBuf::new(RECV_BUF);
-    let mut replies = Replies::new();
-    let mut last_large_write = false;
     loop {
+        // Out of the region before a reply can reach the peer, when no reply payload is read
+        // from it: a peer that sees its answer and unregisters at once (after a same-host
+        // approval, say) must find this session outside, not be cut off.
+        if replies.held_region().is_none() {
+            slot.leave();
+        }
         // Replies go out before waiting for input, and once enough READ payloads are held back.
         if rb.available() < HEADER_LEN || replies.payloads_full() {
             replies.flush(fd)?;
@@ -359,6 +299,11 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
         if replies.held_region().is_none() {
             slot.leave();
         }
+        // Nothing buffered and every reply sent: hand the connection back to the reactor
+        // unless its next request is about to arrive.
+        if rb.available() == 0 && !worker.more_soon(fd) {
+            return Ok(Next::Park);
+        }
         // After a large WRITE the next request is likely one too: read just its header so
         // that its payload goes straight into registered memory (one copy, not two).
         // A header must be complete within `io_timeout` of its first byte.
@@ -367,27 +312,17 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
         } else {
             FrameReader::lazy(stream, limits.io_timeout)
         };
-        let got = if last_large_write {
+        let got = if session.last_large_write {
             rb.fill_exact(&mut head, HEADER_LEN)
         } else {
             rb.fill(&mut head, HEADER_LEN)
         };
         let filled = match got {
-            Err(e) if timed_out(&e) && rb.available() == 0 => {
-                idle += step;
-                if idle >= limits.idle_timeout {
-                    tw_log!(Level::Debug, "tcp: closing a connection idle for {idle:?}");
-                    return Ok(());
-                }
-                continue;
-            }
+            Err(e) if timed_out(&e) && rb.available() == 0 => return Ok(Next::Park),
             r => r?,
         };
-        idle = Duration::ZERO;
-        // Relaxed: read only to pick an eviction victim.
-        active.store(since(epoch), Ordering::Relaxed);
         if !filled {
-            return Ok(());
+            return Ok(Next::Close);
         }
         let h = Header::decode(rb.take(HEADER_LEN).try_into().expect("24 bytes"));
         if h.done {
@@ -458,22 +393,22 @@ fn serve(stream: &TcpStream, registry: &Registry, session: Session<'_>) -> io::R
             // anything else cannot be resynchronised, so the connection ends as in Mooncake.
             if h.write || !h.v2 {
                 lingering_close(stream);
-                return Ok(());
+                return Ok(Next::Close);
             }
             continue;
         }
         let size = h.size as usize;
         if let Ok(Some(dev)) = checked {
-            if !serve_gpu(fd, &mut reader, &mut rb, out, h, dev)? {
+            if !serve_gpu(fd, &mut reader, rb, out, h, dev)? {
                 replies.flush(fd)?;
-                return Ok(());
+                return Ok(Next::Close);
             }
             if replies.len() >= FLUSH_AT {
                 replies.flush(fd)?;
             }
             continue;
         }
-        last_large_write = h.write && h.size >= DIRECT_PAYLOAD;
+        session.last_large_write = h.write && h.size >= DIRECT_PAYLOAD;
         if h.write {
             // SAFETY: the range was checked against remote-accessible registered regions.
             let dst = unsafe { raw::bytes_mut(h.addr, size) };
