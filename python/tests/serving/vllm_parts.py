@@ -10,6 +10,7 @@ import os
 import random
 import statistics
 import time
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
