@@ -1,6 +1,7 @@
 """The :class:`Engine` of the pythonic API (re-exported by :mod:`tidewire.core` and
 :mod:`tidewire`)."""
 
+import collections
 import ctypes
 import json
 import threading
@@ -34,6 +35,9 @@ class Engine(_Owned):
         self._ops = weakref.WeakValueDictionary()
         self._parked = {}  # batch id -> buffers it uses: freed once its work has finished
         self._park_lock = threading.Lock()
+        # (batch id, buffers) handed over by Batch finalizers, which never wait: moved into
+        # _parked by the next reap.
+        self._orphans = collections.deque()
         cfg = c_void_p()
         check(lib.tw_config_new(byref(cfg)))
         try:
@@ -93,6 +97,7 @@ class Engine(_Owned):
             self._eng = None
             raw.tw_engine_free(eng)
             self._parked = {}
+            self._orphans.clear()
 
         self._guard.close(release, timeout)
 
@@ -243,24 +248,55 @@ class Engine(_Owned):
                 self._parked[bid] = keep
 
     def reap(self):
-        """Frees the batches abandoned while in flight (after a timeout) whose work has
-        finished since; returns how many are still in flight. Called by every transfer."""
-        if not self._parked or self.closed:
+        """Frees the batches abandoned while in flight (after a timeout, or collected) whose
+        work has finished since; returns how many are still in flight. Called by every
+        transfer."""
+        if (not self._parked and not self._orphans) or self.closed:
             return 0
-        free, h = self._lib.tw_batch_free, self._eng
         with self._park_lock:
+            guard = self._guard
             try:
-                for bid in list(self._parked):
-                    if free(h, bid) != _ffi.TW_ERR_BUSY:
-                        del self._parked[bid]
+                guard.enter()
             except Shutdown:
                 return 0
+            try:
+                self._reap_locked()
+            finally:
+                guard.leave()
             return len(self._parked)
+
+    def _reap_locked(self):
+        """Under the park lock and the call guard."""
+        free, h = self._lib._raw.tw_batch_free, self._eng
+        while self._orphans:
+            bid, keep = self._orphans.popleft()
+            self._parked[bid] = keep
+        for bid in list(self._parked):
+            if free(h, bid) != _ffi.TW_ERR_BUSY:
+                del self._parked[bid]
+
+    def _adopt(self, bid, keep):
+        """A batch from a finalizer: freed now if that needs no waiting (no lock is taken that
+        this thread might already hold), else once its work has finished (:meth:`reap`). Never
+        blocks."""
+        self._orphans.append((bid, keep))
+        if not self._park_lock.acquire(blocking=False):
+            return
+        try:
+            guard = self._guard
+            if not guard.try_enter():
+                return
+            try:
+                self._reap_locked()
+            finally:
+                guard.leave_nowait()
+        finally:
+            self._park_lock.release()
 
     @property
     def parked(self):
         """Ids of the batches abandoned while in flight and not freed yet (see :meth:`reap`)."""
-        return list(self._parked)
+        return list(self._parked) + [bid for bid, _keep in list(self._orphans)]
 
     def _run(self, arr, n, keep, timeout_ms, notify, s=None):
         """One batch: alloc, submit, wait, free (parked when the wait ran out). Counted in
@@ -272,7 +308,7 @@ class Engine(_Owned):
                               _scratch() if s is None else s)
         finally:
             guard.leave()
-        if self._parked:
+        if self._parked or self._orphans:
             self.reap()
 
     def _run_guarded(self, lib, h, arr, n, keep, timeout_ms, notify, s):

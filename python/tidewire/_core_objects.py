@@ -69,7 +69,8 @@ class Registration(_Owned):
 class Batch:
     """A batch of requests: ``submit`` (any number of times, up to ``capacity`` requests in
     all), ``status(i)``, ``wait(timeout)``; ``close`` frees it. A ``with`` block waits for work
-    still in flight before freeing."""
+    still in flight before freeing; garbage collection never waits (a batch collected while in
+    flight is freed by its engine once the work has ended, see :meth:`Engine.reap`)."""
 
     def __init__(self, engine, capacity):
         self._freed = True  # until the allocation succeeds
@@ -193,10 +194,19 @@ class Batch:
         self._release()
 
     def __del__(self):
+        # A finalizer never waits for the transfer: a batch still in flight goes to its
+        # engine with the buffers it uses, and is freed once its work has ended (Engine.reap,
+        # which every transfer runs; Engine.close frees what is left).
+        if getattr(self, "_freed", True):
+            return
+        self._freed = True
         try:
-            self._release()
-        except Exception:
+            eng = self._engine
+            if not eng.closed:
+                eng._adopt(self.id, self._keep)
+        except Exception:  # interpreter shutdown or a closed engine: nothing left to release
             pass
+        self._keep = []
 
     def __repr__(self):
         return f"<Batch {self.id:#x} tasks={self._count}/{self.capacity}>"
