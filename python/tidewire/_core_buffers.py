@@ -1,11 +1,14 @@
 """Local memory as the library sees it: buffer addresses, packed request arrays, per-thread
 scratch structures (used by :mod:`tidewire.core`'s objects)."""
 
+from __future__ import annotations
+
 import ctypes
 import sys
 import threading
 from array import array
 from ctypes import byref, c_size_t, c_uint64, c_void_p
+from typing import Any, Iterable, Optional, Sequence, Tuple, Union
 
 from ._core_types import Segment
 from ._ffi import TransferRequest as _CRequest
@@ -15,7 +18,7 @@ from ._ffi import TransferStatus as _CStatus
 
 # buffers
 # --------------------------------------------------------------------------------------------
-def _timeout_ms(timeout):
+def _timeout_ms(timeout: Optional[float]) -> int:
     if timeout is None:
         return -1
     if timeout < 0:
@@ -23,7 +26,7 @@ def _timeout_ms(timeout):
     return round(timeout * 1000)
 
 
-def buffer_address(obj, length=None):
+def buffer_address(obj: Any, length: Optional[int] = None) -> Tuple[int, int, Any]:
     """``(address, nbytes, keepalive)`` of an int address or a writable contiguous buffer.
 
     For an int, ``length`` is required. For a buffer, ``length`` (if given) must fit in it.
@@ -39,7 +42,8 @@ def buffer_address(obj, length=None):
     if obj is None:
         raise TypeError("buffer is None")
     if isinstance(obj, (ctypes.Array, ctypes.Structure, ctypes.Union, ctypes._SimpleCData)):
-        addr, size, keep = ctypes.addressof(obj), ctypes.sizeof(obj), obj
+        addr, size = ctypes.addressof(obj), ctypes.sizeof(obj)
+        keep: Any = obj
     else:
         iface = getattr(obj, "__array_interface__", None)
         if iface is not None and not isinstance(obj, memoryview):
@@ -83,7 +87,7 @@ def buffer_address(obj, length=None):
 U64 = "L" if array("L").itemsize == 8 else "Q"
 
 
-def _size_array(values):
+def _size_array(values: Iterable[int]) -> Tuple[Any, array[int]]:
     """A ``size_t[n]`` ctypes array (and its backing store) built from ints at C speed."""
     words = array(U64, values)
     n = len(words)
@@ -108,7 +112,8 @@ class RequestArray:
 
     __slots__ = ("array", "count", "total_bytes", "_words")
 
-    def __init__(self, opcode, segment, local_addrs, remote_addrs, lengths):
+    def __init__(self, opcode: int, segment: Union[Segment, int], local_addrs: Sequence[int],
+                 remote_addrs: Sequence[int], lengths: Sequence[int]) -> None:
         n = len(local_addrs)
         if len(remote_addrs) != n or len(lengths) != n:
             raise ValueError("local_addrs, remote_addrs and lengths differ in length")
@@ -130,10 +135,10 @@ class RequestArray:
                 lens = array(U64, lengths)
                 words[3::4] = lens
                 total = sum(lens)
-            self._words = words
+            self._words: Optional[array[int]] = words
             self.array = (_CRequest * n).from_buffer(words) if n else None
         else:
-            arr = (_CRequest * n)() if n else None
+            arr: Any = (_CRequest * n)() if n else None
             total = 0
             for i in range(n):
                 r = arr[i]
@@ -146,10 +151,10 @@ class RequestArray:
             self.array = arr
         self.total_bytes = total
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.count
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<RequestArray {self.count} requests, {self.total_bytes} bytes>"
 
 
@@ -158,7 +163,7 @@ class _Scratch:
 
     __slots__ = ("req", "req_ref", "bid", "bid_ref", "st", "st_ref")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.req = _CRequest()
         self.req_ref = byref(self.req)
         self.bid = c_uint64()
@@ -170,9 +175,14 @@ class _Scratch:
 _tls = threading.local()
 
 
-def _scratch():
+def _scratch() -> _Scratch:
     try:
         return _tls.s
     except AttributeError:
         s = _tls.s = _Scratch()
         return s
+
+
+#: What a transfer takes: a :class:`RequestArray`, or :class:`~tidewire.Request` objects (or
+#: 5-tuples).
+Requests = Union[RequestArray, Iterable[Any]]

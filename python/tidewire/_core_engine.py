@@ -1,6 +1,8 @@
 """The :class:`Engine` of the pythonic API (re-exported by :mod:`tidewire.core` and
 :mod:`tidewire`)."""
 
+from __future__ import annotations
+
 import collections
 import ctypes
 import json
@@ -8,12 +10,13 @@ import threading
 import weakref
 from array import array
 from ctypes import byref, c_int32, c_size_t, c_uint16, c_uint64, c_void_p
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import _ffi
-from ._core_buffers import U64, RequestArray, _scratch, _timeout_ms, buffer_address
+from ._core_buffers import U64, RequestArray, Requests, _scratch, _timeout_ms, buffer_address
 from ._core_objects import Batch, Registration, StreamOp, _Owned
 from ._core_scatter import ScatterOp
-from ._core_types import LOCAL_SEGMENT, Notification, Request, Segment
+from ._core_types import LOCAL_SEGMENT, Notification, Request, ScatterRange, Segment, SegmentLike
 from ._errors import Shutdown, check, error_for
 from ._guard import CallGuard
 from ._guard import GuardedLib
@@ -27,17 +30,17 @@ class Engine(_Owned):
     (:data:`CONFIG_KEYS`), e.g. ``Engine(metadata="P2PHANDSHAKE", local_server_name="127.0.0.1",
     tcp_lanes=4)``. Use as a context manager or call :meth:`close`."""
 
-    def __init__(self, **options):
+    def __init__(self, **options: Any) -> None:
         lib = _ffi.lib()
         self._guard = CallGuard()
         self._lib = GuardedLib(lib, self._guard)  # every call counted: close waits for them
         self._eng = None
-        self._ops = weakref.WeakValueDictionary()
-        self._parked = {}  # batch id -> buffers it uses: freed once its work has finished
+        self._ops: weakref.WeakValueDictionary[int, ScatterOp] = weakref.WeakValueDictionary()
+        self._parked: Dict[int, Any] = {}  # batch id -> buffers it uses: freed once its work has finished
         self._park_lock = threading.Lock()
         # (batch id, buffers) handed over by Batch finalizers, which never wait: moved into
         # _parked by the next reap.
-        self._orphans = collections.deque()
+        self._orphans: collections.deque[Tuple[int, Any]] = collections.deque()
         cfg = c_void_p()
         check(lib.tw_config_new(byref(cfg)))
         try:
@@ -61,23 +64,23 @@ class Engine(_Owned):
 
     # ----------------------------------------------------------------------------------------
     @property
-    def closed(self):
+    def closed(self) -> bool:
         """True once :meth:`close` started."""
         return self._eng is None or self._guard.closing
 
     @property
-    def handle(self):
+    def handle(self) -> c_void_p:
         """The native ``tw_engine *`` (a ``ctypes.c_void_p``), for C code that takes one.
         Valid until :meth:`close`."""
         return self._handle()
 
-    def _handle(self):
+    def _handle(self) -> c_void_p:
         eng = self._eng
         if eng is None or self._guard.closing:
             raise Shutdown(_ffi.TW_ERR_SHUTDOWN, "engine is closed")
         return eng
 
-    def close(self, timeout=10.0):
+    def close(self, timeout: float = 10.0) -> None:
         """Frees outstanding scatter operations (their callbacks fire), then stops the engine
         (work still in flight fails). Idempotent and thread-safe: calls made from other threads
         after it started raise :class:`Shutdown`; it waits up to ``timeout`` seconds for the
@@ -93,7 +96,7 @@ class Engine(_Owned):
                 pass
         raw, eng = self._lib._raw, self._eng
 
-        def release():
+        def release() -> None:
             self._eng = None
             raw.tw_engine_free(eng)
             self._parked = {}
@@ -101,13 +104,14 @@ class Engine(_Owned):
 
         self._guard.close(release, timeout)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<tidewire.Engine {self.name!r}{' closed' if self.closed else ''}>"
 
     # ----------------------------------------------------------------------------------------
     # memory
     # ----------------------------------------------------------------------------------------
-    def register(self, buf, length=None, location="*", remote_accessible=True):
+    def register(self, buf: Any, length: Optional[int] = None, location: Optional[str] = "*",
+                 remote_accessible: bool = True) -> Registration:
         """Registers a buffer (or ``length`` bytes at an int address) and returns a
         :class:`Registration`. Peers can never touch a range registered with
         ``remote_accessible=False``. Registering the exact same range again is counted (each
@@ -121,7 +125,8 @@ class Engine(_Owned):
                                            bool(remote_accessible)))
         return Registration(self, addr, size, location, bool(remote_accessible), keep)
 
-    def register_many(self, ranges, location="*"):
+    def register_many(self, ranges: Iterable[Tuple[int, int]],
+                      location: str = "*") -> List[Registration]:
         """Registers several ranges, all or none (remote accessible), and returns their
         :class:`Registration` objects. ``ranges``: ``(address, length)`` pairs of ints."""
         ranges = list(ranges)
@@ -133,7 +138,7 @@ class Engine(_Owned):
         check(self._lib.tw_memory_register_batch(self._handle(), bufs, n, location.encode()))
         return [Registration(self, a, ln, location, True, None) for a, ln in ranges]
 
-    def unregister(self, addr):
+    def unregister(self, addr: Any) -> None:
         """Drops one registration of the range starting at ``addr`` (an int, a
         :class:`Registration` or a buffer)."""
         if isinstance(addr, Registration):
@@ -143,21 +148,21 @@ class Engine(_Owned):
             addr = buffer_address(addr)[0]
         check(self._lib.tw_memory_unregister(self._handle(), addr))
 
-    def alloc_shared(self, length):
+    def alloc_shared(self, length: int) -> int:
         """Allocates ``length`` zeroed bytes of memory shared with same-host peers (memfd-backed,
         registered remote-accessible) and returns the address (an int). Verified tidewire peers
         on this host map it and copy with memcpy; others reach it like any registered memory.
         Release it with :meth:`free_shared`; what is left is released when the engine closes."""
         out = c_void_p()
         check(self._lib.tw_memory_alloc_shared(self._handle(), int(length), byref(out)))
-        return out.value
+        return out.value or 0
 
-    def free_shared(self, addr):
+    def free_shared(self, addr: int) -> None:
         """Unregisters and releases a buffer from :meth:`alloc_shared`; when this returns no
         peer byte lands in it. Raises :class:`InvalidArgument` for any other address."""
         check(self._lib.tw_memory_free_shared(self._handle(), addr))
 
-    def memory_location(self, addr):
+    def memory_location(self, addr: int) -> str:
         """Where ``addr`` lives, as the library sees it: ``"cpu:N"``, ``"cuda:N"`` or
         ``"*"``."""
         buf = ctypes.create_string_buffer(64)
@@ -167,7 +172,7 @@ class Engine(_Owned):
     # ----------------------------------------------------------------------------------------
     # segments
     # ----------------------------------------------------------------------------------------
-    def open_segment(self, name):
+    def open_segment(self, name: str) -> Segment:
         """Opens a peer's segment by name (its own name gives segment 0)."""
         if not isinstance(name, str):
             raise TypeError("segment name must be str")
@@ -175,7 +180,7 @@ class Engine(_Owned):
         check(self._lib.tw_segment_open(self._handle(), name.encode(), byref(out)))
         return Segment(self, out.value, name)
 
-    def _segment_id(self, segment):
+    def _segment_id(self, segment: SegmentLike) -> int:
         if isinstance(segment, Segment):
             return segment.id
         if isinstance(segment, str):
@@ -185,7 +190,7 @@ class Engine(_Owned):
         raise TypeError(f"segment must be a Segment, an id or a name, not "
                         f"{type(segment).__name__}")
 
-    def descriptor(self, segment=LOCAL_SEGMENT):
+    def descriptor(self, segment: SegmentLike = LOCAL_SEGMENT) -> Dict[str, Any]:
         """The cached descriptor of an open segment (0 = this engine) as a dict."""
         seg = self._segment_id(segment)
         needed = c_size_t(0)
@@ -200,24 +205,24 @@ class Engine(_Owned):
             return json.loads(buf.value.decode("utf-8", "replace"))
         raise error_for(_ffi.TW_ERR_BUFFER_TOO_SMALL, "descriptor keeps growing")
 
-    def refresh_segment(self, segment):
+    def refresh_segment(self, segment: SegmentLike) -> None:
         """Re-fetches an open segment's descriptor (after the peer registered more memory)."""
         check(self._lib.tw_segment_refresh(self._handle(), self._segment_id(segment)))
 
-    def probe(self, name):
+    def probe(self, name: str) -> None:
         """Checks that the peer ``name`` answers on its RPC port (raises otherwise)."""
         check(self._lib.tw_engine_probe(self._handle(), name.encode()))
 
     # ----------------------------------------------------------------------------------------
     # transfers
     # ----------------------------------------------------------------------------------------
-    def _requests(self, requests):
+    def _requests(self, requests: Requests) -> Tuple[Any, int, List[Any]]:
         """``(ctypes array or None, count, buffers to keep alive)``."""
         if isinstance(requests, RequestArray):
             return requests.array, requests.count, [requests]
         reqs = list(requests)
-        arr = (_CRequest * len(reqs))() if reqs else None
-        keep = []
+        arr: Any = (_CRequest * len(reqs))() if reqs else None
+        keep: List[Any] = []
         for i, r in enumerate(reqs):
             if not isinstance(r, Request):
                 r = Request(*r)
@@ -237,17 +242,17 @@ class Engine(_Owned):
             c.length = size
         return arr, len(reqs), keep
 
-    def batch(self, capacity):
+    def batch(self, capacity: int) -> Batch:
         """Allocates a :class:`Batch` holding up to ``capacity`` requests."""
         return Batch(self, capacity)
 
-    def _free_or_park(self, bid, keep):
+    def _free_or_park(self, bid: int, keep: Any) -> None:
         """Frees a batch, or keeps it (and its buffers) to free once its work has finished."""
         if self._lib.tw_batch_free(self._handle(), bid) == _ffi.TW_ERR_BUSY:
             with self._park_lock:
                 self._parked[bid] = keep
 
-    def reap(self):
+    def reap(self) -> int:
         """Frees the batches abandoned while in flight (after a timeout, or collected) whose
         work has finished since; returns how many are still in flight. Called by every
         transfer."""
@@ -265,7 +270,7 @@ class Engine(_Owned):
                 guard.leave()
             return len(self._parked)
 
-    def _reap_locked(self):
+    def _reap_locked(self) -> None:
         """Under the park lock and the call guard."""
         free, h = self._lib._raw.tw_batch_free, self._eng
         while self._orphans:
@@ -275,7 +280,7 @@ class Engine(_Owned):
             if free(h, bid) != _ffi.TW_ERR_BUSY:
                 del self._parked[bid]
 
-    def _adopt(self, bid, keep):
+    def _adopt(self, bid: int, keep: Any) -> None:
         """A batch from a finalizer: freed now if that needs no waiting (no lock is taken that
         this thread might already hold), else once its work has finished (:meth:`reap`). Never
         blocks."""
@@ -294,11 +299,12 @@ class Engine(_Owned):
             self._park_lock.release()
 
     @property
-    def parked(self):
+    def parked(self) -> List[int]:
         """Ids of the batches abandoned while in flight and not freed yet (see :meth:`reap`)."""
         return list(self._parked) + [bid for bid, _keep in list(self._orphans)]
 
-    def _run(self, arr, n, keep, timeout_ms, notify, s=None):
+    def _run(self, arr: Any, n: int, keep: Any, timeout_ms: int,
+             notify: Optional[Tuple[str, str]], s: Any = None) -> None:
         """One batch: alloc, submit, wait, free (parked when the wait ran out). Counted in
         the call guard once for the four calls (the hot path)."""
         guard = self._guard
@@ -311,7 +317,8 @@ class Engine(_Owned):
         if self._parked or self._orphans:
             self.reap()
 
-    def _run_guarded(self, lib, h, arr, n, keep, timeout_ms, notify, s):
+    def _run_guarded(self, lib: Any, h: Any, arr: Any, n: int, keep: Any, timeout_ms: int,
+                     notify: Optional[Tuple[str, str]], s: Any) -> None:
         check(lib.tw_batch_alloc(h, n, s.bid_ref))
         bid = s.bid.value
         if notify is None:
@@ -328,7 +335,8 @@ class Engine(_Owned):
         if err is not None:
             raise err
 
-    def transfer(self, requests, timeout=None, notify=None):
+    def transfer(self, requests: Requests, timeout: Optional[float] = None,
+                 notify: Optional[Tuple[str, str]] = None) -> None:
         """Runs requests (a list of :class:`Request` or a :class:`RequestArray`) as one batch
         and waits (``timeout`` seconds, None = no limit). Raises the first failure. After a
         :class:`TransferTimeout` the work goes on; the engine frees its batch once it ends."""
@@ -337,7 +345,8 @@ class Engine(_Owned):
         arr, n, keep = self._requests(requests)
         self._run(arr, n, keep, _timeout_ms(timeout), notify)
 
-    def _one(self, opcode, segment, local, remote, length, timeout_ms, notify):
+    def _one(self, opcode: int, segment: SegmentLike, local: Any, remote: int,
+             length: Optional[int], timeout_ms: int, notify: Optional[Tuple[str, str]]) -> None:
         """One request, waited for (``timeout_ms`` < 0: no limit). The single-request path of
         :meth:`read`/:meth:`write` and of Mooncake's ``transfer_sync_*``: nothing is allocated
         per call."""
@@ -357,24 +366,28 @@ class Engine(_Owned):
         req.length = size
         self._run(s.req_ref, 1, keep, timeout_ms, notify, s)
 
-    def read(self, segment, local, remote, length=None, timeout=None, notify=None):
+    def read(self, segment: SegmentLike, local: Any, remote: int, length: Optional[int] = None,
+             timeout: Optional[float] = None, notify: Optional[Tuple[str, str]] = None) -> None:
         """Reads ``length`` bytes (default: the local buffer's size) from ``remote`` in
         ``segment`` into ``local`` (a buffer or an int address); ``notify=(name, msg)`` is
         delivered once it completed."""
         self._one(0, segment, local, remote, length, _timeout_ms(timeout), notify)
 
-    def write(self, segment, local, remote, length=None, timeout=None, notify=None):
+    def write(self, segment: SegmentLike, local: Any, remote: int, length: Optional[int] = None,
+              timeout: Optional[float] = None, notify: Optional[Tuple[str, str]] = None) -> None:
         """Writes ``length`` bytes (default: the local buffer's size) from ``local`` to
         ``remote`` in ``segment``; ``notify=(name, msg)`` is delivered once it completed."""
         self._one(1, segment, local, remote, length, _timeout_ms(timeout), notify)
 
-    def scatter(self, ranges, callback=None):
+    def scatter(self, ranges: Iterable[ScatterRange],
+                callback: Optional[Callable[[int, int], None]] = None) -> ScatterOp:
         """Submits a scatter operation over :class:`ScatterRange` objects and returns a
         :class:`ScatterOp`. Per-fragment problems (bounds, unregistered memory, unknown
         segment) fail only those fragments."""
         return ScatterOp(self, list(ranges), callback)
 
-    def transfer_on_stream(self, requests, stream, track=True):
+    def transfer_on_stream(self, requests: Requests, stream: Optional[int],
+                           track: bool = True) -> Optional[StreamOp]:
         """Orders requests on a CUDA stream (``stream``: a ``cudaStream_t``/``CUstream`` as an
         int; 0 = the legacy default stream): they start when the stream reaches this point, and
         later work on the stream waits for them. Segments and local ranges are checked now
@@ -390,12 +403,12 @@ class Engine(_Owned):
     # ----------------------------------------------------------------------------------------
     # notifications
     # ----------------------------------------------------------------------------------------
-    def notify(self, segment, name, msg):
+    def notify(self, segment: SegmentLike, name: str, msg: str) -> None:
         """Sends a notification (``name``, ``msg``) to the owner of ``segment``."""
         check(self._lib.tw_notify_send(self._handle(), self._segment_id(segment),
                                        name.encode(), msg.encode()))
 
-    def take_notifications(self):
+    def take_notifications(self) -> List[Notification]:
         """Takes every notification received so far (a list of :class:`Notification`)."""
         lst = ctypes.POINTER(_CNotification)()
         count = c_size_t(0)

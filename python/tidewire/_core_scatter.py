@@ -1,12 +1,16 @@
 """Scatter operations: per-fragment results and callbacks (re-exported by
 :mod:`tidewire.core`)."""
 
+from __future__ import annotations
+
 import threading
 from ctypes import byref, c_int32, c_uint64
+from typing import Any, Callable, List, Optional
 
 from . import _ffi
 from ._core_buffers import _size_array, _timeout_ms, buffer_address
 from ._core_objects import _Owned
+from ._core_types import ScatterRange
 from ._errors import CallbackError, check
 from ._ffi import ScatterRange as _CScatterRange
 
@@ -17,15 +21,16 @@ class ScatterOp(_Owned):
     The callback (if any) is called exactly once per fragment, as ``callback(index, result)``,
     on the thread in ``wait`` or ``close``."""
 
-    def __init__(self, engine, ranges, callback):
+    def __init__(self, engine: Any, ranges: List[ScatterRange],
+                 callback: Optional[Callable[[int, int], None]]) -> None:
         self._engine = engine
         self._freed = True  # until the submit succeeds
         self.id = 0
         self._user_cb = callback
-        self._cb_error = None
+        self._cb_error: Optional[BaseException] = None
         self._lock = threading.Lock()
-        crs = (_CScatterRange * len(ranges))() if ranges else None
-        keep = []
+        crs: Any = (_CScatterRange * len(ranges))() if ranges else None
+        keep: List[Any] = []
         total = 0
         for i, r in enumerate(ranges):
             c = crs[i]
@@ -64,14 +69,15 @@ class ScatterOp(_Owned):
         self.result = None
         engine._ops[self.id] = self
 
-    def _trampoline(self, _user_data, index, result):
+    def _trampoline(self, _user_data: Any, index: int, result: int) -> None:
         try:
-            self._user_cb(index, result)
+            if self._user_cb is not None:
+                self._user_cb(index, result)
         except BaseException as e:  # noqa: BLE001 - reported from wait()/close()
             if self._cb_error is None:
                 self._cb_error = e
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: Optional[float] = None) -> List[int]:
         """Waits up to ``timeout`` seconds (None = no limit) and returns the list of
         per-fragment results. Raises :class:`TransferTimeout` if fragments are still in flight
         (wait again), :class:`CallbackError` if a callback raised."""
@@ -85,7 +91,7 @@ class ScatterOp(_Owned):
         self.result = rc
         return self._final()
 
-    def _final(self):
+    def _final(self) -> List[int]:
         if self._cb_error is not None:
             err = CallbackError(_ffi.TW_ERR_INTERNAL, f"fragment callback raised: "
                                                       f"{self._cb_error!r}")
@@ -95,11 +101,11 @@ class ScatterOp(_Owned):
         return list(self._results[: self.fragments])
 
     @property
-    def results(self):
+    def results(self) -> List[int]:
         """Per-fragment results known so far (1 = not finished yet)."""
         return list(self._results[: self.fragments])
 
-    def close(self):
+    def close(self) -> None:
         """Waits for physical completion (firing the remaining callbacks), then frees the
         operation. Idempotent."""
         with self._lock:
@@ -117,5 +123,5 @@ class ScatterOp(_Owned):
     free = close
 
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<ScatterOp {getattr(self, 'id', 0):#x} fragments={self.fragments}>"

@@ -1,12 +1,15 @@
 """Values of the pythonic API: opcodes, task states, requests, scatter ranges, configuration
 keys, and :class:`Segment` (re-exported by :mod:`tidewire.core`)."""
 
+from __future__ import annotations
+
 import enum
-from collections import namedtuple
 from ctypes import byref, c_int32
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Union
 
 from . import _ffi
 from ._errors import check
+
 
 class Opcode(enum.IntEnum):
     """Transfer direction."""
@@ -30,14 +33,31 @@ class TaskState(enum.IntEnum):
 
 #: One READ or WRITE: ``local`` is an int address or a buffer object (then ``length`` may be
 #: None: the buffer's size); ``segment`` a :class:`Segment`, an id or a name.
-Request = namedtuple("Request", "opcode segment local remote length")
-Request.__new__.__defaults__ = (None,)
+class Request(NamedTuple):
+    """One READ or WRITE request (``length`` None: the local buffer's size)."""
+
+    opcode: int
+    segment: Any  # a Segment, an id or a name
+    local: Any  # an int address or a buffer object
+    remote: int
+    length: Optional[int] = None
+
 
 #: ``state`` (:class:`TaskState`), ``result`` (0 or the failure's code), ``transferred_bytes``.
-TaskStatus = namedtuple("TaskStatus", "state result transferred_bytes")
+class TaskStatus(NamedTuple):
+    """State of one task: ``state``, ``result`` (0 or the failure's code), bytes moved."""
+
+    state: TaskState
+    result: int
+    transferred_bytes: int
+
 
 #: A received notification.
-Notification = namedtuple("Notification", "name msg")
+class Notification(NamedTuple):
+    """A notification received from a peer."""
+
+    name: str
+    msg: str
 
 #: Keys accepted by :class:`Engine` (``tw_config_set``).
 CONFIG_KEYS = (
@@ -72,7 +92,7 @@ CONFIG_KEYS = (
 )
 
 
-def gpu_devices():
+def gpu_devices() -> int:
     """Number of CUDA devices the library can use. Raises :class:`Unsupported` (the message
     says why) when the driver (``libcuda.so.1``, or ``TW_CUDA_LIB``) cannot be loaded or finds
     no device. The library loads CUDA at run time, so this is a property of the host."""
@@ -93,8 +113,10 @@ class ScatterRange:
     __slots__ = ("opcode", "segment", "remote_base", "remote_size", "local", "local_offsets",
                  "remote_offsets", "lengths", "local_capacity")
 
-    def __init__(self, opcode, segment, remote_base, remote_size, local, local_offsets,
-                 remote_offsets, lengths, local_capacity=None):
+    def __init__(self, opcode: int, segment: Union["Segment", int, str], remote_base: int,
+                 remote_size: int, local: Any, local_offsets: Sequence[int],
+                 remote_offsets: Sequence[int], lengths: Sequence[int],
+                 local_capacity: Optional[int] = None) -> None:
         self.opcode = int(opcode)
         self.segment = segment
         self.remote_base = remote_base
@@ -105,7 +127,7 @@ class ScatterRange:
         self.lengths = lengths
         self.local_capacity = local_capacity
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"ScatterRange(opcode={self.opcode}, segment={self.segment!r}, "
                 f"fragments={len(self.lengths)})")
 
@@ -115,31 +137,35 @@ class Segment:
 
     __slots__ = ("_engine", "id", "name")
 
-    def __init__(self, engine, seg_id, name):
+    def __init__(self, engine: Any, seg_id: int, name: str) -> None:
         self._engine = engine
         self.id = seg_id
         self.name = name
 
-    def __int__(self):
+    def __int__(self) -> int:
         return self.id
 
     __index__ = __int__
 
-    def refresh(self):
+    def refresh(self) -> None:
         """Re-fetches the peer's descriptor (after it registered more memory)."""
         self._engine.refresh_segment(self.id)
 
-    def descriptor(self):
+    def descriptor(self) -> Dict[str, Any]:
         """The peer's descriptor (Mooncake JSON) as a dict."""
         return self._engine.descriptor(self)
 
-    def notify(self, name, msg):
+    def notify(self, name: str, msg: str) -> None:
         """Sends a notification to the peer."""
         self._engine.notify(self, name, msg)
 
-    def close(self):
+    def close(self) -> None:
         """Forgets the segment id."""
         check(self._engine._lib.tw_segment_close(self._engine._handle(), self.id))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Segment {self.name!r} id={self.id}>"
+
+
+#: What a segment argument may be: a :class:`Segment`, its id, or a peer's segment name.
+SegmentLike = Union[Segment, int, str]

@@ -155,7 +155,7 @@ class ReplicaDescriptor:
 
 # Memory from MooncakeHostMemAllocator, by region id: (address, size, memfd, mapping). It is
 # memfd-backed so that a real client process can map it (for dummy clients).
-_REGIONS = {}
+_REGIONS: dict = {}
 _REGIONS_LOCK = threading.Lock()
 _NEXT_ID = [1]
 
