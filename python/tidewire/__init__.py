@@ -92,3 +92,16 @@ __all__ = [
     "LibraryNotFound",
 ]
 __all__ += [n for n in _errors.__all__ if n not in ("check", "error_for")]
+
+#: The pythonic store (tidewire.kv), loaded on first use so that `import tidewire` stays light.
+_KV_NAMES = ("Store", "StoreRegistration", "StoreError", "ObjectNotFound", "ObjectExists",
+             "ObjectHasLease", "NoSpace", "InvalidParams", "TransferFailed", "MasterUnavailable")
+__all__ += list(_KV_NAMES)
+
+
+def __getattr__(name: str) -> object:
+    if name in _KV_NAMES:
+        from . import kv
+
+        return getattr(kv, name)
+    raise AttributeError(f"module 'tidewire' has no attribute {name!r}")
