@@ -185,7 +185,8 @@ clean:
 
 ## ---- Hardening: fuzzing, sanitizers, model checking (nightly toolchain) ----------------------
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := data_frames handshake_frame descriptor_json http_response rpc_request auth_frames
+FUZZ_TARGETS := data_frames handshake_frame descriptor_json http_response rpc_request auth_frames \
+  master_request master_reply
 SAN_TARGET := x86_64-unknown-linux-gnu
 ## Rust tests under the sanitizers: the unit tests and the wire-level integration suites.
 SAN_TESTS ?= --lib --test bad_input --test tcp_loopback --test scatter --test hostile
