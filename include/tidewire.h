@@ -4,9 +4,16 @@
  * run `make header` (or `UPDATE_HEADER=1 cargo test --test header_up_to_date`).
  *
  * Conventions
- *  - Every fallible function returns tw_result: TW_OK (0) or a negative TW_ERR_* code.
- *    Outputs (`*_out`) are written only on TW_OK. tw_last_error_message() gives the
- *    calling thread's detail for the last failure; tw_result_str() the code's name.
+ *  - Every fallible engine function (tw_config_*, tw_engine_*, tw_memory_*, tw_segment_*,
+ *    tw_batch_*, tw_scatter_*, tw_notify_*, tw_stream_op_*, tw_transfer_on_stream,
+ *    tw_gpu_available) returns tw_result: TW_OK (0) or a negative TW_ERR_* code, and writes
+ *    its outputs (`*_out`) only on TW_OK. tw_last_error_message() gives the calling thread's
+ *    detail for the last failure; tw_result_str() the code's name.
+ *  - The Store functions (tw_store_*) return Mooncake Store's codes instead: TW_STORE_OK (0),
+ *    a count or a byte length on success, a negative TW_STORE_* code otherwise (these numbers
+ *    are not tw_result values, and some coincide with TW_ERR_* numbers, -1 included: read a
+ *    tw_store_* result against TW_STORE_* only). Batch calls return 0 when the batch ran and
+ *    write one code per key into the caller's array; tw_last_error_message() has the detail.
  *  - Handles: tw_config (builder, not thread-safe) and tw_engine (every function taking
  *    `const tw_engine *` is thread-safe). *_free functions accept NULL.
  *  - Batches and scatter operations are uint64_t ids validated on every use: a stale,
@@ -648,7 +655,8 @@ tw_result tw_memory_location(const struct tw_engine *engine,
  reach it like any registered memory. Release it with [`tw_memory_free_shared`] (not
  `tw_memory_unregister` alone, which closes it to peers but keeps the memory); the engine
  releases what is left when destroyed. `length == 0` is `TW_ERR_INVALID_ARGUMENT`; NULL
- `engine`/`addr_out` is `TW_ERR_NULL_ARGUMENT`. Thread-safe.
+ `engine`/`addr_out` is `TW_ERR_NULL_ARGUMENT`. `*addr_out` is written only on `TW_OK`.
+ Thread-safe.
  */
 tw_result tw_memory_alloc_shared(const struct tw_engine *engine, size_t length, void **addr_out);
 

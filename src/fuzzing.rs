@@ -159,3 +159,31 @@ pub fn auth_frames(data: &[u8]) {
         assert!(client(&mut c, &key, purpose, deadline).is_err());
     }
 }
+
+/// A master RPC frame as the master reads it (`store::proto`): header checks, then the body
+/// decoded as a client [`Request`](crate::store::proto::Request). A decoded request encodes and
+/// decodes back to itself.
+pub fn master_request(data: &[u8]) {
+    use crate::store::proto::{Request, decode, encode, read_frame};
+    let mut r = data;
+    if let Ok((_, body)) = read_frame(&mut r) {
+        if let Ok(req) = decode::<Request>(&body) {
+            let _ = req.name();
+            let again: Request = decode(&encode(&req)).expect("a decoded request re-encodes");
+            assert_eq!(again, req);
+        }
+    }
+    // The body alone, as the decoder sees it once a frame was read.
+    let _ = decode::<Request>(data);
+}
+
+/// A master reply as a store client reads it (a master is a peer too): the frame, then the
+/// body decoded as a [`Reply`](crate::store::proto::Reply).
+pub fn master_reply(data: &[u8]) {
+    use crate::store::proto::{Reply, decode, read_frame};
+    let mut r = data;
+    if let Ok((_, body)) = read_frame(&mut r) {
+        let _ = decode::<Reply>(&body);
+    }
+    let _ = decode::<Reply>(data);
+}

@@ -92,11 +92,11 @@ def _library():
 
 
 def _package_files():
-    """(archive name, path) of every module of the package."""
+    """(archive name, path) of every module of the package, and its ``py.typed`` marker."""
     pkg = os.path.join(PYDIR, NAME)
     out = []
     for name in sorted(os.listdir(pkg)):
-        if name.endswith(".py"):
+        if name.endswith(".py") or name == "py.typed":  # py.typed: the package is typed (PEP 561)
             out.append((f"{NAME}/{name}", os.path.join(pkg, name)))
     return out
 

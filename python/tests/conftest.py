@@ -137,3 +137,13 @@ def fake_cuda_lib(tmp_path_factory):
     """Path of the fake CUDA driver (one device)."""
     out = tmp_path_factory.mktemp("fake_cuda_session") / "libcuda.so.1"
     return _gcc(out, os.path.join(REPO, "tests", "fake_cuda", "fake_cuda.c"), "-lpthread")
+
+
+@pytest.fixture(scope="session")
+def store_master_built():
+    """The Store tests need ``target/release/tidewire-master``, which ``make build`` (a
+    prerequisite of ``make py-tests``) makes: without it they fail, loudly, instead of
+    skipping."""
+    path = os.path.join(REPO, "target", "release", "tidewire-master")
+    if not os.path.exists(path):
+        pytest.fail(f"{path} is missing: build it first (make build)", pytrace=False)

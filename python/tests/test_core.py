@@ -258,22 +258,6 @@ def test_batch_submit_validates_all_or_nothing(linked):
         bt.wait(1)  # nothing was started
 
 
-def test_busy_batch_cannot_be_freed(linked):
-    a, b, la, rb, ra, rr, seg = linked
-    big = bytearray(64 * MiB)
-    with a.register(big) as rbig, b.register(bytearray(64 * MiB)) as rtarget:
-        bt = a.batch(1)
-        bt.submit([(tw.WRITE, seg, rbig.addr, rtarget.addr, 64 * MiB)])
-        try:
-            bt.close()
-            freed_early = True  # it was fast enough to finish already
-        except tw.Busy:
-            freed_early = False
-        if not freed_early:
-            bt.wait(30)
-            bt.close()
-
-
 # ------------------------------------------------------------------------------------------
 # scatter
 # ------------------------------------------------------------------------------------------

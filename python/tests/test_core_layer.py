@@ -1,6 +1,6 @@
 """The pieces of the pythonic API that tidewire.engine.TransferEngine is built on
 (RequestArray, Batch.poll/discard, Engine.reap, register_many, ...), and the layering itself:
-only tidewire._ffi and tidewire.core call the library."""
+only tidewire._ffi, the core modules and tidewire._store_core call the library."""
 
 import ast
 import os
@@ -126,19 +126,33 @@ def test_gpu_and_stream_without_a_driver_are_unsupported(linked):
         assert n > 0  # a real GPU host: the stream path is tested by test_cuda_methods
 
 
-def test_only_ffi_and_core_call_the_library():
-    """engine.py and host.py go through the pythonic classes: no tw_* name, no _ffi.lib(),
-    no ._lib attribute."""
+#: The modules that call the library's functions (``tidewire._ffi`` declares them).
+CALLERS = {"_ffi.py", "_core_types.py", "_core_buffers.py", "_core_objects.py",
+           "_core_scatter.py", "_core_engine.py", "_guard.py", "_store_core.py"}
+
+
+def test_only_ffi_and_the_core_modules_call_the_library():
+    """No other module of the package names a tw_* function or reaches for the library handle
+    (_ffi.lib(), ._lib, CDLL): engine.py and host.py go through the pythonic classes, store.py
+    and its helpers through _store_core."""
     pkg = os.path.join(PYDIR, "tidewire")
-    for mod in ("engine.py", "host.py", "__main__.py", "__init__.py"):
-        with open(os.path.join(pkg, mod)) as f:
-            tree = ast.parse(f.read())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute):
-                assert not node.attr.startswith("tw_"), (mod, node.attr)
-                assert node.attr not in ("lib", "_lib", "CDLL"), (mod, node.attr)
-            if isinstance(node, ast.Name):
-                assert not node.id.startswith("tw_"), (mod, node.id)
+    seen = set()
+    for root, _dirs, files in os.walk(pkg):
+        for mod in files:
+            if not mod.endswith(".py") or mod in CALLERS:
+                continue
+            path = os.path.join(root, mod)
+            seen.add(os.path.relpath(path, pkg))
+            with open(path) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute):
+                    assert not node.attr.startswith("tw_"), (mod, node.attr)
+                    assert node.attr not in ("lib", "_lib", "_raw", "CDLL"), (mod, node.attr)
+                if isinstance(node, ast.Name):
+                    assert not node.id.startswith("tw_"), (mod, node.id)
+    assert {"engine.py", "store.py", "_store_pieces.py", "_store_types.py"} <= seen
+    assert CALLERS <= set(os.listdir(pkg))
 
 
 def test_engine_module_holds_no_ctypes_structures():

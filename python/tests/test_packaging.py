@@ -42,7 +42,8 @@ def test_wheel_is_a_platform_wheel_that_carries_the_library(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         assert "tidewire/libtidewire.so" in names
-        for mod in ("__init__.py", "__main__.py", "_ffi.py", "core.py", "engine.py", "host.py"):
+        for mod in ("__init__.py", "__main__.py", "_ffi.py", "core.py", "engine.py", "host.py",
+                    "store.py", "kv.py", "py.typed"):
             assert f"tidewire/{mod}" in names, mod
         info = z.getinfo("tidewire/libtidewire.so")
         assert info.file_size > 100_000

@@ -15,10 +15,8 @@ from conftest import MBuf
 from store_util import Master, Peer, connect, tq_workload, wait_until
 from tidewire.store import MooncakeDistributedStore, ReplicateConfig
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(os.path.join(os.path.dirname(__file__), "..", "..", "target", "release",
-                                    "tidewire-master")),
-    reason="build tidewire-master first (make build)")
+# Fails, not skips, without the master binary (see conftest.store_master_built).
+pytestmark = pytest.mark.usefixtures("store_master_built")
 
 
 @pytest.fixture(params=["p2p", "http"])

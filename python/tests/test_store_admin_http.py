@@ -7,7 +7,6 @@ reading against a real tidewire-master: empty before a client mounts a segment, 
 segment name once it has. When sglang itself is importable, its own ``check_server`` runs
 unchanged against the master too."""
 
-import os
 import time
 import types
 
@@ -17,10 +16,8 @@ from store_util import Master, connect
 
 requests = pytest.importorskip("requests")
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(os.path.join(os.path.dirname(__file__), "..", "..", "target", "release",
-                                    "tidewire-master")),
-    reason="build tidewire-master first (make build)")
+# Fails, not skips, without the master binary (see conftest.store_master_built).
+pytestmark = pytest.mark.usefixtures("store_master_built")
 
 
 def sglang_check(master):

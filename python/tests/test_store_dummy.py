@@ -21,9 +21,8 @@ from conftest import REPO
 from store_util import Master, connect
 from tidewire.store import MooncakeDistributedStore, MooncakeHostMemAllocator
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(os.path.join(REPO, "target", "release", "tidewire-master")),
-    reason="build tidewire-master first (make build)")
+# Fails, not skips, without the master binary (see conftest.store_master_built).
+pytestmark = pytest.mark.usefixtures("store_master_built")
 
 MiB = 1 << 20
 

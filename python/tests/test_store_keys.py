@@ -5,7 +5,6 @@ long keys larger than one master message still works. Run against a real tidewir
 server process holding the segment and a client here (bytes cross processes)."""
 
 import inspect
-import os
 
 import pytest
 
@@ -13,10 +12,8 @@ from conftest import MBuf
 from store_util import Master, Peer, connect
 from tidewire.store import MAX_KEY_LEN, MooncakeDistributedStore
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(os.path.join(os.path.dirname(__file__), "..", "..", "target", "release",
-                                    "tidewire-master")),
-    reason="build tidewire-master first (make build)")
+# Fails, not skips, without the master binary (see conftest.store_master_built).
+pytestmark = pytest.mark.usefixtures("store_master_built")
 
 
 @pytest.fixture(scope="module")

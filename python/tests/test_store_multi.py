@@ -19,10 +19,8 @@ from tidewire.store import (
     SoftPinAction,
 )
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(os.path.join(os.path.dirname(__file__), "..", "..", "target", "release",
-                                    "tidewire-master")),
-    reason="build tidewire-master first (make build)")
+# Fails, not skips, without the master binary (see conftest.store_master_built).
+pytestmark = pytest.mark.usefixtures("store_master_built")
 
 SLOT = 260 << 10  # a key's room in the test buffers: up to 256 KiB plus gaps between pieces
 

@@ -21,10 +21,8 @@ from tidewire.store import (
     bind_to_numa_node,
 )
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(os.path.join(os.path.dirname(__file__), "..", "..", "target", "release",
-                                    "tidewire-master")),
-    reason="build tidewire-master first (make build)")
+# Fails, not skips, without the master binary (see conftest.store_master_built).
+pytestmark = pytest.mark.usefixtures("store_master_built")
 
 LAYERS = 4
 

@@ -2,6 +2,7 @@
 transfer releases the GIL: the target is frozen with SIGSTOP so the transfer cannot finish,
 while another thread of this process keeps running Python code."""
 
+import gc
 import hashlib
 import json
 import os
@@ -301,3 +302,93 @@ def test_core_transfer_timeout_returns_and_the_batch_is_freed_later(target, mbuf
             assert target.sha(0, len(buf)) == sha(bytes(buf))
     finally:
         eng.close()
+
+
+@pytest.fixture
+def core_target():
+    t = Target("core")
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+def _frozen_write(eng, target, buf):
+    """A batch writing ``buf`` to a frozen target: over the socket (the engine has
+    ``same_host=0``), so it stays in flight until the target runs again."""
+    seg = eng.open_segment(target.name)
+    eng.write(seg, memoryview(buf)[:64], target.addr)  # warm the connection
+    target.stop()
+    bt = eng.batch(1)
+    bt.submit([(tw.WRITE, seg, buf, target.addr, None)])
+    with pytest.raises(tw.TransferTimeout):
+        bt.wait(0.1)  # in flight, and it stays so while the target is stopped
+    return bt
+
+
+def test_busy_batch_cannot_be_freed(core_target):
+    """Freeing a batch while its work is in flight is refused, every time (the target is
+    frozen, so the work cannot finish first); once it has finished, the free succeeds."""
+    eng = tw.Engine(io_timeout_ms=20000, same_host=0)
+    try:
+        buf = bytearray(pattern(SIZE, seed=31))
+        with eng.register(buf):
+            try:
+                bt = _frozen_write(eng, core_target, buf)
+                for _ in range(3):
+                    with pytest.raises(tw.Busy):
+                        bt.close()
+                assert not bt.done
+            finally:
+                core_target.cont()
+            bt.wait(20)
+            bt.close()
+            with pytest.raises(tw.InvalidId):
+                bt.close()
+            assert core_target.sha(0, len(buf)) == sha(bytes(buf))
+    finally:
+        eng.close()
+
+
+def test_collecting_a_batch_in_flight_never_waits(core_target):
+    """Batch.__del__ returns at once while the work is held up (io_timeout 20 s); the engine
+    keeps the batch and its buffer and frees it once the work has finished."""
+    eng = tw.Engine(io_timeout_ms=20000, same_host=0)
+    try:
+        buf = bytearray(pattern(SIZE, seed=32))
+        with eng.register(buf):
+            try:
+                bt = _frozen_write(eng, core_target, buf)
+                bid = bt.id
+                t0 = time.monotonic()
+                del bt
+                gc.collect()
+                assert time.monotonic() - t0 < 1.0
+                assert eng.parked == [bid]
+                assert eng.reap() == 1  # still in flight
+            finally:
+                core_target.cont()
+            deadline = time.monotonic() + 20
+            while eng.reap() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert eng.parked == []
+            assert core_target.sha(0, len(buf)) == sha(bytes(buf))
+    finally:
+        eng.close()
+
+
+def test_engine_close_after_a_collected_batch_in_flight(core_target):
+    """A collected in-flight batch does not stop the engine from closing: close frees it."""
+    eng = tw.Engine(io_timeout_ms=2000, same_host=0)
+    buf = bytearray(SIZE)
+    reg = eng.register(buf)
+    try:
+        bt = _frozen_write(eng, core_target, buf)
+        del bt
+        gc.collect()
+        assert len(eng.parked) == 1
+    finally:
+        core_target.cont()
+        eng.close()
+        reg.close()
+    assert eng.parked == []

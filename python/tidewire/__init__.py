@@ -1,14 +1,18 @@
 """tidewire: a KV-cache transfer engine (Mooncake-compatible), Python bindings over ctypes.
 
-Layers, each using only the one below:
+Layers, each using only the ones below:
 
-- :mod:`tidewire._ffi`: the only code that declares and calls the C functions of
-  ``tidewire.h`` (ctypes), and finds the library: ``TIDEWIRE_LIB``, then the copy inside the
-  installed package (wheels carry it), then the source tree's ``target/release``;
-- the pythonic API below (:class:`Engine`, :class:`Batch`, :class:`ScatterOp`,
-  :class:`RequestArray`, exceptions), in :mod:`tidewire.core`;
+- :mod:`tidewire._ffi`: the one ctypes layer: it declares every C function of ``tidewire.h``
+  (argument and result types) and finds the library: ``TIDEWIRE_LIB``, then the copy inside
+  the installed package (wheels carry it), then the source tree's ``target/release``;
+- the modules that call those functions, and only they (a test checks it): the pythonic engine
+  API (:class:`Engine`, :class:`Batch`, :class:`ScatterOp`, :class:`RequestArray`,
+  exceptions), in :mod:`tidewire.core` and its ``_core_*`` modules, and the store's calls, in
+  ``_store_core``;
 - :mod:`tidewire.engine`, a drop-in for ``mooncake.engine.TransferEngine``, built on the
-  pythonic API.
+  pythonic API; :mod:`tidewire.store`, a drop-in for ``mooncake.store`` (Mooncake's return
+  codes), and :class:`tidewire.Store` (:mod:`tidewire.kv`), the pythonic store on top of it
+  (exceptions, context managers).
 
 ``python -m tidewire`` prints the version, the library path and the transports this host can
 use (:mod:`tidewire.host`).
@@ -88,3 +92,16 @@ __all__ = [
     "LibraryNotFound",
 ]
 __all__ += [n for n in _errors.__all__ if n not in ("check", "error_for")]
+
+#: The pythonic store (tidewire.kv), loaded on first use so that `import tidewire` stays light.
+_KV_NAMES = ("Store", "StoreRegistration", "StoreError", "ObjectNotFound", "ObjectExists",
+             "ObjectHasLease", "NoSpace", "InvalidParams", "TransferFailed", "MasterUnavailable")
+__all__ += list(_KV_NAMES)
+
+
+def __getattr__(name: str) -> object:
+    if name in _KV_NAMES:
+        from . import kv
+
+        return getattr(kv, name)
+    raise AttributeError(f"module 'tidewire' has no attribute {name!r}")

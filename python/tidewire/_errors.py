@@ -139,7 +139,10 @@ class PanicError(TidewireError):
 
 
 class CallbackError(TidewireError):
-    """A scatter fragment callback raised; ``__cause__`` is the first exception."""
+    """A scatter fragment callback raised; ``__cause__`` is the first exception, ``results``
+    the per-fragment results."""
+
+    results: "list[int]" = []
 
 
 _BY_CODE = {

@@ -1,6 +1,7 @@
 """ctypes declarations for the native tidewire C API (``include/tidewire.h``): the package's
-only ctypes layer (the other modules call the library through :func:`lib` and the classes of
-:mod:`tidewire.core`).
+only ctypes layer. The functions declared here are called only by the core modules
+(:mod:`tidewire.core` and its ``_core_*`` modules, for the engine) and ``_store_core`` (for the
+store); every other module goes through their classes and functions (a test checks it).
 
 The library is found, in order, through:
 

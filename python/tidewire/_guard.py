@@ -41,6 +41,31 @@ class CallGuard:
         if release is not None:
             release()
 
+    def try_enter(self):
+        """:meth:`enter` for finalizers: False, without waiting, when the lock is taken (this
+        thread may hold it below the finalizer) or the engine is closing."""
+        if not self._cond.acquire(blocking=False):
+            return False
+        try:
+            if self.closing:
+                return False
+            self._calls += 1
+            return True
+        finally:
+            self._cond.release()
+
+    def leave_nowait(self):
+        """:meth:`leave` for finalizers: when this was the last call of a closing engine, the
+        release (which may wait for work in flight) runs on a thread of its own."""
+        release = None
+        with self._cond:  # held only for counter updates elsewhere, never across a call
+            self._calls -= 1
+            if self._calls == 0 and self.closing:
+                release, self._release = self._release, None
+                self._cond.notify_all()
+        if release is not None:
+            threading.Thread(target=release, name="tw-engine-release", daemon=True).start()
+
     def close(self, release, timeout):
         """Refuses new calls, waits up to ``timeout`` seconds for those in flight, then runs
         ``release`` (here, or later on the thread of the last call to return). Returns True

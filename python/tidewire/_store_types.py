@@ -8,7 +8,7 @@ import mmap
 import os
 import threading
 
-from . import _ffi
+from . import _store_core
 
 __all__ = [
     "BufferHandle", "ReplicaStatus", "Descriptor", "MemoryDescriptor", "DiskDescriptor",
@@ -47,7 +47,7 @@ class BufferHandle:
         used afterwards; without this call the memory goes back when the handle is collected."""
         v = self.__dict__.pop("_value", None)
         if v is not None and v.owner:
-            _ffi.lib().tw_store_value_release(ctypes.byref(v))
+            _store_core.value_release(v)
 
     def __del__(self):
         try:
@@ -155,7 +155,7 @@ class ReplicaDescriptor:
 
 # Memory from MooncakeHostMemAllocator, by region id: (address, size, memfd, mapping). It is
 # memfd-backed so that a real client process can map it (for dummy clients).
-_REGIONS = {}
+_REGIONS: dict = {}
 _REGIONS_LOCK = threading.Lock()
 _NEXT_ID = [1]
 

@@ -37,25 +37,23 @@ expired, -800 transfer failed, -900 master unreachable, -901 master timeout.
 Every call into the library releases the GIL (ctypes), so threads overlap their transfers.
 """
 
-import ctypes
 import functools
 import operator
 import os
 import threading
-from array import array
-from ctypes import POINTER, byref, c_int64, c_size_t, c_uint64, c_void_p
 
 from . import _ffi
+from . import _store_core as _core
 from . import _store_setup as _setup_args
 from . import _store_wire
 from ._store_args import (
-    _BYTES_MAX, _SIZE_CODE, _address, _bytes_address, _c_buffers, _c_keys, _codes, _ints,
-    _key_bytes, _key_list, _key_list_of_lists, _new_bytes, _ptrs_ok, _sizes_ok,
+    _BYTES_MAX, _address, _bytes_address, _c_buffers, _key_bytes, _key_list, _new_bytes,
+    _ptrs_ok, _sizes_ok,
 )
 from ._store_config import ObjectDataType, ReplicateConfig, SoftPinAction
 from ._store_dummy import _LOCAL_IN_DUMMY, DummyLink, NotShared, _check_keys, _decode, _failed
 from ._store_dummy import ENCODE as _DUMMY_ENCODE
-from ._store_ffi import MAX_REPLICAS, AllocFn, ReplicaC, StoreValue
+from ._store_pieces import PieceCalls
 from ._store_tensor import TensorCalls
 from ._store_types import (
     BufferHandle, Descriptor, DiskDescriptor, MemoryDescriptor, MooncakeHostMemAllocator,
@@ -78,7 +76,7 @@ MAX_KEY_LEN = 1 << 20
 _MiB = 1024 * 1024
 
 
-class MooncakeDistributedStore(TensorCalls):
+class MooncakeDistributedStore(PieceCalls, TensorCalls):
     """A store client: contributes a segment to the pool and reads/writes objects."""
 
     def __init__(self):
@@ -122,13 +120,12 @@ class MooncakeDistributedStore(TensorCalls):
         except ValueError as e:
             self.last_error = str(e)
             return INVALID_PARAMS
-        h = c_void_p()
 
         def enc(k, default=""):
             v = cfg.get(k)
             return str(v if v not in (None, "") else default).encode()
 
-        rc = _ffi.lib().tw_store_setup(
+        rc, h = _core.setup(
             enc("local_hostname"),
             enc("metadata_server", "P2PHANDSHAKE"),
             segment,
@@ -136,15 +133,14 @@ class MooncakeDistributedStore(TensorCalls):
             enc("protocol", "tcp"),
             enc("rdma_devices"),
             enc("master_server_addr", "127.0.0.1:50051"),
-            byref(h),
         )
         if rc != 0:
             self.last_error = _ffi.last_error_message()
             return rc
         self._h = h
-        buf = ctypes.create_string_buffer(512)
-        if _ffi.lib().tw_store_hostname(h, buf, 512) == 0:
-            self._hostname = buf.value.decode()
+        name = _core.hostname(h)
+        if name is not None:
+            self._hostname = name
         return 0
 
     def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
@@ -226,7 +222,7 @@ class MooncakeDistributedStore(TensorCalls):
             # Calls already inside the library finish first (they hold the handle).
             self._cv.wait_for(lambda: self._busy == 0, timeout=600)
         if h is not None:
-            _ffi.lib().tw_store_free(h)
+            _core.free(h)
         return 0
 
     def __del__(self):
@@ -239,7 +235,7 @@ class MooncakeDistributedStore(TensorCalls):
         """0 healthy, 1 not initialised, 2 master unreachable."""
         if self._h is None:
             return 1
-        return _ffi.lib().tw_store_health_check(self._h)
+        return _core.health_check(self._h)
 
     def get_hostname(self):
         """This client's endpoint ``ip:port`` (its segment name)."""
@@ -260,9 +256,7 @@ class MooncakeDistributedStore(TensorCalls):
             return INTERNAL_ERROR
         if not _ptrs_ok([buffer_ptr]) or not _sizes_ok([size]) or not buffer_ptr or not size:
             return INVALID_PARAMS
-        return _ffi.lib().tw_store_register_buffer(
-            self._h, operator.index(buffer_ptr), operator.index(size)
-        )
+        return _core.register_buffer(self._h, operator.index(buffer_ptr), operator.index(size))
 
     def unregister_buffer(self, buffer_ptr):
         """Drops a registration. 0 or a negative code."""
@@ -272,7 +266,7 @@ class MooncakeDistributedStore(TensorCalls):
             return INTERNAL_ERROR
         if not _ptrs_ok([buffer_ptr]):
             return INVALID_PARAMS
-        return _ffi.lib().tw_store_unregister_buffer(self._h, operator.index(buffer_ptr))
+        return _core.unregister_buffer(self._h, operator.index(buffer_ptr))
 
     # ---------------------------------------------------------------- writes
     def _settled_by_args(self, keys, ptrs, sizes):
@@ -298,13 +292,7 @@ class MooncakeDistributedStore(TensorCalls):
         cfg = (config or ReplicateConfig())._c()
         if cfg is None:
             return [INVALID_PARAMS] * n
-        karr, klens, _keep = _c_keys(enc)
-        res, cres = _codes(n)
-        rc = _ffi.lib().tw_store_put(
-            self._h, karr, klens, cptrs, csizes, n, 1 if upsert else 0, 1 if copy else 0,
-            byref(cfg), cres,
-        )
-        return [rc] * n if rc != 0 else res.tolist()
+        return _core.put(self._h, enc, cptrs, csizes, upsert, copy, cfg)
 
     def _put_values(self, enc, values, upsert, config):
         addrs = [_address(v) for v in values]
@@ -362,111 +350,6 @@ class MooncakeDistributedStore(TensorCalls):
         """Zero-copy create-or-replace; one code per key."""
         return self._put(_key_list(keys), list(buffer_ptrs), list(sizes), True, False, config)
 
-    # ---------------------------------------------------------------- values in pieces
-    def _pieces(self, enc, all_buffer_ptrs, all_sizes):
-        """A multi-buffer batch's arguments, checked: ``(settled, args)``. ``settled`` is the
-        whole result when the arguments decide it (no handle, outer lengths that differ, no
-        keys), else None; ``args`` is ``(results, good, counts, ptrs, sizes)``: the result list
-        with -600 for each key whose own pieces are unusable (a ptr list and a size list of
-        different lengths, or entries that are not addresses or sizes), the indices of the
-        other keys, and their piece counts and flat addresses and sizes as arrays."""
-        n = len(enc)
-        if self._h is None:
-            return [INTERNAL_ERROR] * n, None
-        try:
-            ptr_lists, size_lists = list(all_buffer_ptrs), list(all_sizes)
-        except TypeError:
-            return [INVALID_PARAMS] * n, None
-        if not (n == len(ptr_lists) == len(size_lists)):
-            return [INVALID_PARAMS] * n, None
-        if n == 0:
-            return [], None
-        results = [INVALID_PARAMS] * n
-        good, counts, flat_ptrs, flat_sizes = [], array(_SIZE_CODE), array("Q"), array("Q")
-        for i in range(n):
-            try:
-                ps, ss = list(ptr_lists[i]), list(size_lists[i])
-            except TypeError:
-                continue
-            if len(ps) != len(ss):
-                continue
-            ps, ss = _ints(ps, 1 << 64), _ints(ss, 1 << 63)
-            if ps is None or ss is None:
-                continue
-            good.append(i)
-            counts.append(len(ps))
-            flat_ptrs.extend(ps)
-            flat_sizes.extend(ss)
-        return None, (results, good, counts, flat_ptrs, flat_sizes)
-
-    @staticmethod
-    def _pointer(arr, ctype):
-        """A pointer to an ``array``'s items (NULL when it is empty)."""
-        return ctypes.cast(arr.buffer_info()[0], POINTER(ctype)) if len(arr) else None
-
-    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
-        """Zero-copy create-only puts of values in pieces: key ``i``'s value is the
-        concatenation of the ``all_sizes[i][j]`` bytes at each ``all_buffer_ptrs[i][j]``, in
-        order. Every piece of every key goes straight to its replica buffers, in one transfer
-        batch. One code per key: 0, or a negative code: -600 for outer lists of different
-        lengths (every key gets it), for a key whose pieces are unusable (a pointer list and a
-        size list of different lengths, NULL with a nonzero size, no bytes in all, unmapped
-        memory) and for a config Mooncake refuses; -200 when no segment has room. Zero-size
-        pieces are skipped. ``config.prefer_alloc_in_same_node`` places the value in this
-        client's own segment when it has room (``replica_num`` must be 1)."""
-        return self._put_pieces(_key_list(keys), all_buffer_ptrs, all_sizes, config, False)
-
-    def _put_pieces(self, enc, all_buffer_ptrs, all_sizes, config, upsert):
-        """``batch_put_from_multi_buffers`` of encoded keys, create-only or ``upsert``."""
-        settled, args = self._pieces(enc, all_buffer_ptrs, all_sizes)
-        if settled is not None:
-            return settled
-        results, good, counts, ptrs, sizes = args
-        cfg = (config or ReplicateConfig())._c(local=self._hostname)
-        if cfg is None:
-            return [INVALID_PARAMS] * len(enc)
-        if not good:
-            return results
-        m = len(good)
-        karr, klens, _keep = _c_keys([enc[i] for i in good])
-        res, cres = _codes(m)
-        rc = _ffi.lib().tw_store_put_multi(
-            self._h, karr, klens, self._pointer(counts, c_size_t), m,
-            self._pointer(ptrs, c_void_p), self._pointer(sizes, c_uint64), len(ptrs),
-            1 if upsert else 0, byref(cfg), cres,
-        )
-        for j, i in enumerate(good):
-            results[i] = rc if rc != 0 else res[j]
-        return results
-
-    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
-                                     prefer_alloc_in_same_node=False):
-        """Zero-copy reads into pieces: key ``i``'s value fills ``all_buffer_ptrs[i][j]``
-        (``all_sizes[i][j]`` bytes each) in order; the pieces may hold more than the value,
-        and what lies past its end is left as it was. Per key: the value's size in bytes, or a
-        negative code: -704 missing; -600 for outer lists of different lengths (every key gets
-        it), or for a key whose pieces are unusable or hold fewer bytes than the value.
-        ``prefer_alloc_in_same_node`` is accepted and changes nothing (a replica in this
-        process's own segment is always read by memcpy)."""
-        del prefer_alloc_in_same_node  # accepted for Mooncake's signature; see above
-        enc = _key_list(keys)
-        settled, args = self._pieces(enc, all_buffer_ptrs, all_sizes)
-        if settled is not None:
-            return settled
-        results, good, counts, ptrs, sizes = args
-        if not good:
-            return results
-        m = len(good)
-        karr, klens, _keep = _c_keys([enc[i] for i in good])
-        res = (c_int64 * m)()
-        rc = _ffi.lib().tw_store_get_into_multi(
-            self._h, karr, klens, self._pointer(counts, c_size_t), m,
-            self._pointer(ptrs, c_void_p), self._pointer(sizes, c_uint64), len(ptrs), res,
-        )
-        for j, i in enumerate(good):
-            results[i] = rc if rc != 0 else res[j]
-        return results
-
     # ---------------------------------------------------------------- reads
     def batch_get_into(self, keys, buffer_ptrs, sizes):
         """Reads each key into caller memory; bytes read or a negative code per key."""
@@ -477,14 +360,8 @@ class MooncakeDistributedStore(TensorCalls):
         settled = self._settled_by_args(enc, ptrs, sizes)
         if settled is not None:
             return settled
-        n = len(enc)
         cptrs, csizes = _c_buffers(ptrs, sizes)
-        karr, klens, _keep = _c_keys(enc)
-        # array("q").tolist() is much cheaper than list() of a ctypes array.
-        res = array("q", bytes(8 * n))
-        cres = ctypes.cast(res.buffer_info()[0], POINTER(c_int64))
-        rc = _ffi.lib().tw_store_get_into(self._h, karr, klens, cptrs, csizes, n, cres)
-        return [rc] * n if rc != 0 else res.tolist()
+        return _core.get_into(self._h, enc, cptrs, csizes)
 
     def get_into(self, key, buffer_ptr, size):
         """Reads one key into caller memory: bytes read or a negative code."""
@@ -494,13 +371,7 @@ class MooncakeDistributedStore(TensorCalls):
         n = len(enc)
         if self._h is None or n == 0:
             return [None] * n, [INTERNAL_ERROR] * n
-        karr, klens, _keep = _c_keys(enc)
-        vals = (StoreValue * n)()
-        res = (c_int64 * n)()
-        rc = _ffi.lib().tw_store_get_copy(self._h, karr, klens, n, vals, res)
-        if rc != 0:
-            return [None] * n, [rc] * n
-        return [vals[i] if res[i] >= 0 else None for i in range(n)], list(res)
+        return _core.get_copy(self._h, enc)
 
     def get_batch(self, keys):
         """Values of several keys; ``b''`` for a missing (or failed) key.
@@ -535,11 +406,8 @@ class MooncakeDistributedStore(TensorCalls):
             except BaseException:  # noqa: BLE001 - MemoryError etc.: this key fails, not the call
                 return None
 
-        cb = AllocFn(alloc)
-        karr, klens, _keep = _c_keys(enc)
-        res = (c_int64 * n)()
-        rc = _ffi.lib().tw_store_get_sized(self._h, karr, klens, n, cb, None, res)
-        if rc != 0:
+        res = _core.get_sized(self._h, enc, alloc)
+        if res is None:
             return [None] * n
         return [made[i][0] if res[i] >= 0 and made[i] is not None else None for i in range(n)]
 
@@ -565,162 +433,7 @@ class MooncakeDistributedStore(TensorCalls):
             return INTERNAL_ERROR
         if not k:
             return OBJECT_NOT_FOUND
-        return _ffi.lib().tw_store_get_size(self._h, k, len(k))
-
-    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
-        """Ranged reads, buffer-major: for buffer ``b`` and its ``k``-th key, fragment ``f``
-        copies ``[src_offsets[b][k][f], +sizes[b][k][f])`` of the object to
-        ``buffer_ptrs[b] + dst_offsets[b][k][f]``. Returns ``[b][k][f]`` bytes read or a code."""
-        groups = [_key_list(ks) for ks in _key_list_of_lists(all_keys)]
-        flat_keys, dsts, srcs, lens, shape = [], [], [], [], []
-        try:
-            for b, base in enumerate(buffer_ptrs):
-                kshape = []
-                for k, key in enumerate(groups[b]):
-                    d, s, z = all_dst_offsets[b][k], all_src_offsets[b][k], all_sizes[b][k]
-                    if not (len(d) == len(s) == len(z)):
-                        raise ValueError
-                    for i in range(len(d)):
-                        flat_keys.append(key)
-                        dsts.append(int(base) + int(d[i]))
-                        srcs.append(int(s[i]))
-                        lens.append(int(z[i]))
-                    kshape.append(len(d))
-                shape.append(kshape)
-        except (IndexError, TypeError, ValueError):
-            return INVALID_PARAMS
-        n = len(flat_keys)
-        if self._h is None:
-            return INTERNAL_ERROR
-        if not _ptrs_ok(dsts) or not _sizes_ok(srcs) or not _sizes_ok(lens):
-            return INVALID_PARAMS
-        res = (c_int64 * max(n, 1))()
-        if n:
-            karr, klens, _keep = _c_keys(flat_keys)
-            rc = _ffi.lib().tw_store_get_ranges(
-                self._h, karr, klens, (c_void_p * n)(*dsts), (c_uint64 * n)(*srcs),
-                (c_uint64 * n)(*lens), n, res,
-            )
-            if rc != 0:
-                return rc
-        out, i = [], 0
-        for kshape in shape:
-            per_buf = []
-            for m in kshape:
-                per_buf.append([res[j] for j in range(i, i + m)])
-                i += m
-            out.append(per_buf)
-        return out
-
-    # ---------------------------------------------------------------- get sessions
-    def batch_get_session_start(self, keys):
-        """Starts a get session per key: the replicas are looked up once and held, so the
-        ranged reads that follow (``batch_get_into_multi_buffer_ranges``) need no master round
-        trip and their bytes cannot be freed or replaced until ``batch_get_session_end``. Per
-        key: 0, -704 missing, -600 bad key. The hold outlives the master's lease only while this
-        client's heartbeats keep arriving, and never past its ``--max_read_hold_sec``."""
-        enc = _key_list(keys)
-        n = len(enc)
-        if self._h is None:
-            return [INTERNAL_ERROR] * n
-        if n == 0:
-            return []
-        karr, klens, _keep = _c_keys(enc)
-        res, cres = _codes(n)
-        rc = _ffi.lib().tw_store_get_session_start(self._h, karr, klens, n, cres)
-        return [rc] * n if rc != 0 else res.tolist()
-
-    def batch_get_session_end(self, keys):
-        """Ends the get sessions of ``keys`` (keys without one are ignored). Returns 0."""
-        enc = _key_list(keys)
-        if self._h is None:
-            return INTERNAL_ERROR
-        if not enc:
-            return 0
-        karr, klens, _keep = _c_keys(enc)
-        return _ffi.lib().tw_store_get_session_end(self._h, karr, klens, len(enc))
-
-    def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes,
-                                           all_src_offsets):
-        """Ranged reads under open get sessions: for key ``i``, fragment ``j`` copies
-        ``all_sizes[i][j]`` bytes from offset ``all_src_offsets[i][j]`` of the object to
-        ``all_buffer_ptrs[i][j]``. All fragments of all keys go in one transfer batch. Per key:
-        the bytes read (the sum of its sizes), or a negative code: -600 for a key with no open
-        session, a fragment past the object's end, lists of different lengths, a NULL or
-        unmapped destination; -707 when the session's hold no longer protects the read."""
-        enc = _key_list(keys)
-        n = len(enc)
-        if self._h is None:
-            return [INTERNAL_ERROR] * n
-        try:
-            ptr_lists, size_lists, off_lists = (
-                list(all_buffer_ptrs), list(all_sizes), list(all_src_offsets))
-        except TypeError:
-            return [INVALID_PARAMS] * n
-        if not (n == len(ptr_lists) == len(size_lists) == len(off_lists)):
-            return [INVALID_PARAMS] * n
-        results = [INVALID_PARAMS] * n
-        good, counts = [], array(_SIZE_CODE)
-        ptrs, sizes, offs = array("Q"), array("Q"), array("Q")
-        for i in range(n):
-            try:
-                ps, ss, os_ = list(ptr_lists[i]), list(size_lists[i]), list(off_lists[i])
-            except TypeError:
-                continue
-            if not len(ps) == len(ss) == len(os_):
-                continue
-            ps, ss, os_ = _ints(ps, 1 << 64), _ints(ss, 1 << 63), _ints(os_, 1 << 63)
-            if ps is None or ss is None or os_ is None:
-                continue
-            good.append(i)
-            counts.append(len(ps))
-            ptrs.extend(ps)
-            sizes.extend(ss)
-            offs.extend(os_)
-        if not good:
-            return results
-        m = len(good)
-        karr, klens, _keep = _c_keys([enc[i] for i in good])
-        res = (c_int64 * m)()
-        rc = _ffi.lib().tw_store_get_session_ranges(
-            self._h, karr, klens, self._pointer(counts, c_size_t), m,
-            self._pointer(ptrs, c_void_p), self._pointer(sizes, c_uint64),
-            self._pointer(offs, c_uint64), len(ptrs), res,
-        )
-        for j, i in enumerate(good):
-            results[i] = rc if rc != 0 else res[j]
-        return results
-
-    # ---------------------------------------------------------------- replica descriptors
-    def batch_get_replica_desc(self, keys):
-        """``{key: [ReplicaDescriptor, ...]}`` for the keys that exist (complete memory
-        replicas; missing keys are left out, as in Mooncake). Nothing stays held: the bytes
-        may move or be freed after the call."""
-        key_list = list(keys) if not isinstance(keys, (str, bytes, bytearray)) else keys
-        enc = _key_list(key_list)
-        n = len(enc)
-        if self._h is None or n == 0:
-            return {}
-        karr, klens, _keep = _c_keys(enc)
-        slots = (ReplicaC * (n * MAX_REPLICAS))()
-        counts = (c_int64 * n)()
-        if _ffi.lib().tw_store_get_replicas(self._h, karr, klens, n, slots, counts) != 0:
-            return {}
-        out = {}
-        for i, key in enumerate(key_list):
-            reps = []
-            for j in range(max(0, counts[i])):
-                r = slots[i * MAX_REPLICAS + j]
-                reps.append(ReplicaDescriptor(MemoryDescriptor(Descriptor(
-                    r.endpoint.decode("utf-8", "replace"), r.addr, r.size))))
-            if reps:
-                out[key] = reps
-        return out
-
-    def get_replica_desc(self, key):
-        """The key's replicas as ``[ReplicaDescriptor]`` (empty when it does not exist)."""
-        _key_bytes(key)
-        return next(iter(self.batch_get_replica_desc([key]).values()), [])
+        return _core.get_size(self._h, k)
 
     # ---------------------------------------------------------------- existence, removal
     def batch_is_exist(self, keys):
@@ -733,12 +446,9 @@ class MooncakeDistributedStore(TensorCalls):
             return [-1] * n
         if n == 0:
             return []
-        karr, klens, _keep = _c_keys(enc)
-        res, cres = _codes(n)
-        rc = _ffi.lib().tw_store_exist(self._h, karr, klens, n, cres)
-        if rc != 0:
+        out = _core.exist(self._h, enc)
+        if out is None:
             return [-1] * n
-        out = res.tolist()
         if min(out) >= 0:
             # Every key answered (1 or 0): the common case, with no per-key Python work.
             return out
@@ -759,13 +469,11 @@ class MooncakeDistributedStore(TensorCalls):
             return [INTERNAL_ERROR] * n
         if n == 0:
             return []
-        karr, klens, _keep = _c_keys(enc)
-        res, cres = _codes(n)
-        rc = _ffi.lib().tw_store_remove(self._h, karr, klens, n, bool(force), cres)
+        rc, res = _core.remove(self._h, enc, force)
         if rc != 0:
             return [rc] * n
         # The empty key is not found (Mooncake), not a bad key.
-        return [OBJECT_NOT_FOUND if not k else r for r, k in zip(res.tolist(), enc)]
+        return [OBJECT_NOT_FOUND if not k else r for r, k in zip(res, enc)]
 
     def remove(self, key, force=False):
         """Removes one key: 0, -704 missing, -706 leased (unless ``force``)."""
@@ -782,13 +490,13 @@ class MooncakeDistributedStore(TensorCalls):
             raise TypeError(f"a pattern must be str, not {type(pattern).__name__}")
         if self._h is None:
             return INTERNAL_ERROR
-        return _ffi.lib().tw_store_remove_by_regex(self._h, p, bool(force))
+        return _core.remove_by_regex(self._h, p, force)
 
     def remove_all(self, force=False):
         """Removes every key; the count removed, or a negative code."""
         if self._h is None:
             return INTERNAL_ERROR
-        return _ffi.lib().tw_store_remove_all(self._h, bool(force))
+        return _core.remove_all(self._h, force)
 
 
 def _counted(fn):

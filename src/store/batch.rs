@@ -1,11 +1,54 @@
 //! One engine batch for a store call: submit (registering, for the call only, caller memory
 //! the engine does not know), wait within a deadline scaled to the bytes, per-request outcome.
+//! A batch that runs out of time keeps its id and temporary registrations until its work has
+//! ended (every task ends in bounded time); a later batch of the same client frees them.
 
 use super::client::Shared;
 use super::proto::code;
-use crate::engine::{Request as Xfer, TaskState};
+use crate::engine::{Engine, Request as Xfer, TaskState};
 use crate::error::ErrorKind;
+use std::sync::{Mutex, TryLockError};
 use std::time::Duration;
+
+/// Batches that ran out of time with work in flight, each with the temporary registrations
+/// it uses. Freed by [`Stale::sweep`] once the engine no longer refuses them as busy.
+#[derive(Default)]
+pub(crate) struct Stale(Mutex<Vec<(u64, Vec<u64>)>>);
+
+impl Stale {
+    fn push(&self, id: u64, temp: Vec<u64>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((id, temp));
+    }
+
+    /// Frees the batches whose work has ended, and their registrations; returns how many are
+    /// left. Never waits: when another thread is sweeping, this one leaves it to it.
+    pub(crate) fn sweep(&self, e: &Engine) -> usize {
+        let mut list = match self.0.try_lock() {
+            Ok(l) => l,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return usize::MAX,
+        };
+        list.retain(|(id, temp)| {
+            if matches!(e.free_batch(*id), Err(err) if err.kind() == ErrorKind::Busy) {
+                return true;
+            }
+            if !temp.is_empty() {
+                let _ = e.unregister_memory_batch(temp);
+            }
+            false
+        });
+        list.len()
+    }
+
+    /// How many timed-out batches are not freed yet.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
 
 /// How one engine batch ended.
 pub(crate) enum BatchEnd {
@@ -25,6 +68,7 @@ impl Shared {
             return BatchEnd::Done(Vec::new());
         }
         let e = &self.engine;
+        self.stale.sweep(e);
         let Ok(id) = e.alloc_batch(reqs.len()) else {
             return BatchEnd::Rejected(code::INTERNAL_ERROR);
         };
@@ -74,7 +118,10 @@ impl Shared {
                 }
             }
         };
-        if !matches!(end, BatchEnd::TimedOut) {
+        if matches!(end, BatchEnd::TimedOut) {
+            // The work may still read or write the registered memory: freed once it ends.
+            self.stale.push(id, temp);
+        } else {
             let _ = e.free_batch(id);
             if !temp.is_empty() {
                 let _ = e.unregister_memory_batch(&temp);
@@ -101,7 +148,35 @@ fn union_of(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::union_of;
+    use super::{Stale, union_of};
+    use crate::engine::{Config, Engine};
+    use crate::error::ErrorKind;
+
+    /// A timed-out batch and its temporary registration are freed by the next sweep once the
+    /// batch is idle; the registration is gone afterwards.
+    #[test]
+    fn stale_batches_are_freed_with_their_registrations() {
+        let mut cfg = Config::default();
+        for (k, v) in [("rdma", "off"), ("same_host", "0")] {
+            cfg.set(k, v).expect("valid option");
+        }
+        let e = Engine::new(cfg).expect("engine starts");
+        let buf = vec![0u8; 4096];
+        let addr = buf.as_ptr() as u64;
+        e.register_memory(addr, 4096, "cpu:0", false)
+            .expect("registers");
+        let id = e.alloc_batch(1).expect("a batch");
+        let stale = Stale::default();
+        stale.push(id, vec![addr]);
+        assert_eq!(stale.len(), 1);
+        assert_eq!(stale.sweep(&e), 0);
+        assert_eq!(stale.len(), 0);
+        assert_eq!(
+            e.free_batch(id).map_err(|err| err.kind()),
+            Err(ErrorKind::InvalidId)
+        );
+        assert!(e.memory_location(addr).is_err(), "unregistered");
+    }
 
     #[test]
     fn ranges_are_merged_into_disjoint_ones() {

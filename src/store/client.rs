@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     pub(crate) beats: super::holds::Heartbeats,
     /// Open get sessions (see [`super::sessions`]).
     pub(crate) sessions: super::sessions::Sessions,
+    /// Batches that ran out of time, freed once their work ends (see [`super::batch`]).
+    pub(crate) stale: super::batch::Stale,
 }
 
 impl Shared {
@@ -219,6 +221,7 @@ impl StoreClient {
             transfer_timeout: Duration::from_secs(120),
             beats: super::holds::Heartbeats::new(),
             sessions: Default::default(),
+            stale: Default::default(),
         });
         shared.ping()?;
         shared.mount()?;

@@ -124,7 +124,8 @@ pub extern "C" fn tw_memory_location(
 /// reach it like any registered memory. Release it with [`tw_memory_free_shared`] (not
 /// `tw_memory_unregister` alone, which closes it to peers but keeps the memory); the engine
 /// releases what is left when destroyed. `length == 0` is `TW_ERR_INVALID_ARGUMENT`; NULL
-/// `engine`/`addr_out` is `TW_ERR_NULL_ARGUMENT`. Thread-safe.
+/// `engine`/`addr_out` is `TW_ERR_NULL_ARGUMENT`. `*addr_out` is written only on `TW_OK`.
+/// Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_memory_alloc_shared(
     engine: *const tw_engine,
@@ -136,7 +137,6 @@ pub extern "C" fn tw_memory_alloc_shared(
         let e = check!(unsafe { engine_ref(engine) });
         // SAFETY: NULL or writable per the API contract.
         let out = check!(unsafe { out(addr_out, "addr_out") });
-        *out = std::ptr::null_mut();
         let addr = check!(e.alloc_shared(length as u64));
         *out = addr as *mut c_void;
         TW_OK

@@ -1,0 +1,228 @@
+"""The store's calls into the library: every ``tw_store_*`` call of the package is made here.
+
+:mod:`tidewire._ffi` declares the functions; this module turns Python lists into the C arrays
+they take and their outputs back into lists, and decides nothing else. The Mooncake-compatible
+class (:mod:`tidewire.store`) checks arguments and applies Mooncake's conventions around these
+calls; the pythonic :class:`tidewire.Store` is built on that class. Every function takes the
+``tw_store *`` handle first, and returns what the C function returned (a code, or the code and
+the filled outputs).
+"""
+
+import ctypes
+from array import array
+from ctypes import POINTER, byref, c_int64, c_size_t, c_uint64, c_void_p
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from . import _ffi
+from ._store_args import _c_keys, _codes
+from ._store_ffi import MAX_REPLICAS, AllocFn, ReplicaC, StoreValue
+
+Handle = Any  # a ctypes.c_void_p holding the tw_store *
+Keys = Sequence[bytes]
+
+
+def _pointer(arr: "array[int]", ctype: Any) -> Any:
+    """A pointer to an ``array``'s items (NULL when it is empty)."""
+    return ctypes.cast(arr.buffer_info()[0], POINTER(ctype)) if len(arr) else None
+
+
+# ------------------------------------------------------------------------------ lifecycle
+def setup(local_hostname: bytes, metadata_server: bytes, segment: int, local: int,
+          protocol: bytes, rdma_devices: bytes, master: bytes) -> Tuple[int, Optional[Handle]]:
+    """``tw_store_setup``: ``(0, handle)`` or ``(code, None)`` (the thread's last error says
+    why)."""
+    h = c_void_p()
+    rc = _ffi.lib().tw_store_setup(local_hostname, metadata_server, segment, local, protocol,
+                                   rdma_devices, master, byref(h))
+    return (0, h) if rc == 0 else (rc, None)
+
+
+def hostname(h: Handle) -> Optional[str]:
+    """This client's segment name, or None."""
+    buf = ctypes.create_string_buffer(512)
+    if _ffi.lib().tw_store_hostname(h, buf, 512) == 0:
+        return buf.value.decode()
+    return None
+
+
+def free(h: Handle) -> None:
+    _ffi.lib().tw_store_free(h)
+
+
+def health_check(h: Handle) -> int:
+    return int(_ffi.lib().tw_store_health_check(h))
+
+
+def register_buffer(h: Handle, ptr: int, size: int) -> int:
+    return int(_ffi.lib().tw_store_register_buffer(h, ptr, size))
+
+
+def unregister_buffer(h: Handle, ptr: int) -> int:
+    return int(_ffi.lib().tw_store_unregister_buffer(h, ptr))
+
+
+def value_release(value: StoreValue) -> None:
+    """Gives bytes the library lent (``tw_store_get_copy``) back."""
+    _ffi.lib().tw_store_value_release(byref(value))
+
+
+# ------------------------------------------------------------------------------ writes
+def put(h: Handle, enc: Keys, cptrs: Any, csizes: Any, upsert: bool, copy: bool,
+        cfg: Any) -> List[int]:
+    """``tw_store_put``: one code per key (the call's code for every key if it failed)."""
+    n = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    res, cres = _codes(n)
+    rc = _ffi.lib().tw_store_put(h, karr, klens, cptrs, csizes, n, 1 if upsert else 0,
+                                 1 if copy else 0, byref(cfg), cres)
+    return [rc] * n if rc != 0 else res.tolist()
+
+
+def put_multi(h: Handle, enc: Keys, counts: "array[int]", ptrs: "array[int]",
+              sizes: "array[int]", upsert: bool, cfg: Any) -> List[int]:
+    """``tw_store_put_multi``: one code per key; key ``i`` has ``counts[i]`` pieces."""
+    m = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    res, cres = _codes(m)
+    rc = _ffi.lib().tw_store_put_multi(
+        h, karr, klens, _pointer(counts, c_size_t), m, _pointer(ptrs, c_void_p),
+        _pointer(sizes, c_uint64), len(ptrs), 1 if upsert else 0, byref(cfg), cres)
+    return [rc] * m if rc != 0 else res.tolist()
+
+
+# ------------------------------------------------------------------------------ reads
+def get_into(h: Handle, enc: Keys, cptrs: Any, csizes: Any) -> List[int]:
+    """``tw_store_get_into``: bytes read or a code, per key."""
+    n = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    # array("q").tolist() is much cheaper than list() of a ctypes array.
+    res = array("q", bytes(8 * n))
+    cres = ctypes.cast(res.buffer_info()[0], POINTER(c_int64))
+    rc = _ffi.lib().tw_store_get_into(h, karr, klens, cptrs, csizes, n, cres)
+    return [rc] * n if rc != 0 else res.tolist()
+
+
+def get_into_multi(h: Handle, enc: Keys, counts: "array[int]", ptrs: "array[int]",
+                   sizes: "array[int]") -> List[int]:
+    """``tw_store_get_into_multi``: the value's size or a code, per key."""
+    m = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    res = (c_int64 * m)()
+    rc = _ffi.lib().tw_store_get_into_multi(
+        h, karr, klens, _pointer(counts, c_size_t), m, _pointer(ptrs, c_void_p),
+        _pointer(sizes, c_uint64), len(ptrs), res)
+    return [rc] * m if rc != 0 else list(res)
+
+
+def get_copy(h: Handle, enc: Keys) -> Tuple[List[Optional[StoreValue]], List[int]]:
+    """``tw_store_get_copy``: per key the lent value (None when it failed) and its code."""
+    n = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    vals = (StoreValue * n)()
+    res = (c_int64 * n)()
+    rc = _ffi.lib().tw_store_get_copy(h, karr, klens, n, vals, res)
+    if rc != 0:
+        return [None] * n, [rc] * n
+    return [vals[i] if res[i] >= 0 else None for i in range(n)], list(res)
+
+
+def get_sized(h: Handle, enc: Keys,
+              alloc: Callable[[Any, int, int], Optional[int]]) -> Optional[List[int]]:
+    """``tw_store_get_sized``: ``alloc(ctx, index, size)`` gives the address to read key
+    ``index`` into (None fails it). Per key the size read or a code; None if the call failed."""
+    n = len(enc)
+    cb = AllocFn(alloc)
+    karr, klens, _keep = _c_keys(enc)
+    res = (c_int64 * n)()
+    rc = _ffi.lib().tw_store_get_sized(h, karr, klens, n, cb, None, res)
+    return None if rc != 0 else list(res)
+
+
+def get_size(h: Handle, key: bytes) -> int:
+    return int(_ffi.lib().tw_store_get_size(h, key, len(key)))
+
+
+def get_ranges(h: Handle, enc: Keys, dsts: Sequence[int], srcs: Sequence[int],
+               lens: Sequence[int]) -> Tuple[int, List[int]]:
+    """``tw_store_get_ranges``: the call's code and, per fragment, bytes read or a code."""
+    n = len(enc)
+    res = (c_int64 * max(n, 1))()
+    if n == 0:
+        return 0, []
+    karr, klens, _keep = _c_keys(enc)
+    rc = _ffi.lib().tw_store_get_ranges(h, karr, klens, (c_void_p * n)(*dsts),
+                                        (c_uint64 * n)(*srcs), (c_uint64 * n)(*lens), n, res)
+    return rc, list(res[:n])
+
+
+# ------------------------------------------------------------------------------ get sessions
+def session_start(h: Handle, enc: Keys) -> List[int]:
+    n = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    res, cres = _codes(n)
+    rc = _ffi.lib().tw_store_get_session_start(h, karr, klens, n, cres)
+    return [rc] * n if rc != 0 else res.tolist()
+
+
+def session_end(h: Handle, enc: Keys) -> int:
+    karr, klens, _keep = _c_keys(enc)
+    return int(_ffi.lib().tw_store_get_session_end(h, karr, klens, len(enc)))
+
+
+def session_ranges(h: Handle, enc: Keys, counts: "array[int]", ptrs: "array[int]",
+                   sizes: "array[int]", offs: "array[int]") -> List[int]:
+    """``tw_store_get_session_ranges``: bytes read or a code, per key."""
+    m = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    res = (c_int64 * m)()
+    rc = _ffi.lib().tw_store_get_session_ranges(
+        h, karr, klens, _pointer(counts, c_size_t), m, _pointer(ptrs, c_void_p),
+        _pointer(sizes, c_uint64), _pointer(offs, c_uint64), len(ptrs), res)
+    return [rc] * m if rc != 0 else list(res)
+
+
+# ------------------------------------------------------------------------------ replicas
+def get_replicas(h: Handle, enc: Keys) -> Optional[List[List[Tuple[str, int, int]]]]:
+    """``tw_store_get_replicas``: per key its replicas as ``(endpoint, address, size)``; None
+    if the call failed."""
+    n = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    slots = (ReplicaC * (n * MAX_REPLICAS))()
+    counts = (c_int64 * n)()
+    if _ffi.lib().tw_store_get_replicas(h, karr, klens, n, slots, counts) != 0:
+        return None
+    out = []
+    for i in range(n):
+        reps = []
+        for j in range(max(0, counts[i])):
+            r = slots[i * MAX_REPLICAS + j]
+            reps.append((r.endpoint.decode("utf-8", "replace"), r.addr, r.size))
+        out.append(reps)
+    return out
+
+
+# ------------------------------------------------------------------------------ existence, removal
+def exist(h: Handle, enc: Keys) -> Optional[List[int]]:
+    """``tw_store_exist``: 1/0/code per key; None if the call failed."""
+    n = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    res, cres = _codes(n)
+    rc = _ffi.lib().tw_store_exist(h, karr, klens, n, cres)
+    return None if rc != 0 else res.tolist()
+
+
+def remove(h: Handle, enc: Keys, force: bool) -> Tuple[int, List[int]]:
+    """``tw_store_remove``: the call's code and, when it is 0, 0 or a code per key."""
+    n = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    res, cres = _codes(n)
+    rc = _ffi.lib().tw_store_remove(h, karr, klens, n, bool(force), cres)
+    return rc, ([] if rc != 0 else res.tolist())
+
+
+def remove_by_regex(h: Handle, pattern: bytes, force: bool) -> int:
+    return int(_ffi.lib().tw_store_remove_by_regex(h, pattern, bool(force)))
+
+
+def remove_all(h: Handle, force: bool) -> int:
+    return int(_ffi.lib().tw_store_remove_all(h, bool(force)))
