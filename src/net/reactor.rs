@@ -18,6 +18,8 @@ const WAKE: u64 = u64::MAX;
 const LISTENER: u64 = 1 << 62;
 /// Most connections taken from one listener per reactor turn (fairness between listeners).
 const ACCEPT_BURST: usize = 64;
+/// The accept queue asked for on every listening socket.
+const ACCEPT_BACKLOG: i32 = 4096;
 /// The pause after `accept` failed for want of descriptors or memory.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Sweeps of expired deadlines run at most this often.
@@ -167,6 +169,7 @@ pub(super) fn listen(
     limits: Limits,
 ) -> std::io::Result<Listening> {
     socket.set_nonblocking(true)?;
+    sys::raise_backlog(socket.as_raw_fd(), ACCEPT_BACKLOG);
     let core = core()?;
     let state = Box::new(ListenerState {
         socket,

@@ -158,3 +158,11 @@ pub fn shutdown_fd(fd: RawFd) {
     // SAFETY: per the caller's guarantee `fd` is open; shutdown(2) only changes its state.
     unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
 }
+
+/// Asks for a longer accept queue on a listening socket (calling listen(2) again only changes
+/// the backlog; the kernel caps it at `net.core.somaxconn`): a cluster's peers connecting at
+/// once should wait in the queue, not have their SYNs dropped and retried a second later.
+pub fn raise_backlog(fd: RawFd, backlog: i32) {
+    // SAFETY: plain system call on a descriptor the caller owns; failure leaves the old backlog.
+    unsafe { libc::listen(fd, backlog) };
+}

@@ -6,12 +6,14 @@
 //! - `demo`       two processes, loopback TCP, every byte verified (`make run`)
 //! - `soak`       verified traffic against a target restarted every 30 s; flat RSS/fds/threads?
 //! - `handoff`    how fast one CPU's writes reach another (a limit of every loopback transfer)
+//! - `master-load` many Store clients (one connection each) against one master
 
 mod args;
 mod bench;
 mod child;
 mod demo;
 mod handoff;
+mod master_load;
 mod pattern;
 mod procstat;
 mod soak;
@@ -46,6 +48,10 @@ commands:
               second CPU copies them out; prints GB/s per interval and the median
               (--block-size, default 256K; --duration, default 6s; --interval, default 0.5s;
               --cpus A,B, default 0,1). Every loopback transfer pays this handoff.
+  master-load many Store clients against one tidewire-master (its own protocol), each with
+              its own connection and segment, each in turn: put 4 KiB, exists, get, read done
+              (--master HOST:PORT, --clients N default 1000, --threads N default 16,
+              --duration S default 5, --master-pid P: print its threads and memory)
   initiator   run against a running target (needs --segment, --remote-addr, --remote-size)
   target      serve a pattern-filled buffer; prints
               READY segment=<name> addr=<addr> size=<len> pid=<pid> [shared=<addr>]
@@ -108,6 +114,7 @@ fn main() {
         Some("demo") => demo::main(&argv[1..]),
         Some("soak") => soak::main(&argv[1..]),
         Some("handoff") => handoff::main(&argv[1..]),
+        Some("master-load") => master_load::main(&argv[1..]),
         Some(other) => Err(UsageError(format!("unknown command {other:?}"))),
     };
     match code {
