@@ -4,6 +4,8 @@
 use crate::error::{Error, ErrorKind, Result};
 use std::time::Duration;
 
+pub use crate::transport::rdma::RdmaMode;
+
 /// Metadata mode name for peer-to-peer descriptor exchange (no external service).
 pub const P2PHANDSHAKE: &str = "P2PHANDSHAKE";
 
@@ -75,17 +77,6 @@ pub struct Config {
     /// Pre-shared key that peers must prove on every handshake and data connection (`auth_key`,
     /// `TW_AUTH_KEY`); empty (the default) = off, as Mooncake.
     pub auth_key: crate::auth::AuthKey,
-}
-
-/// Whether an engine uses RDMA.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RdmaMode {
-    /// When a device is usable (the default).
-    Auto,
-    /// Never.
-    Off,
-    /// Always: creating the engine fails when RDMA is unavailable.
-    On,
 }
 
 impl Default for Config {

@@ -1,17 +1,19 @@
 //! Transports move slices. A slice is one contiguous range on both sides; finishing it updates
 //! its task through [`SliceDone`](crate::completion::SliceDone).
 
+mod backend;
 pub mod chan;
 pub mod local;
 pub mod rdma;
 mod route;
 pub mod samehost;
-pub mod shm;
+pub mod shared_buffers;
 pub mod slots;
 pub mod tcp;
 
 use crate::completion::SliceDone;
 
+pub use backend::{Backend, PeerSegment};
 pub use route::Route;
 
 /// What every transport does: take slices and fire each one's [`SliceDone`] exactly once
