@@ -6,8 +6,7 @@ use std::time::Duration;
 
 pub use crate::transport::rdma::RdmaMode;
 
-/// Metadata mode name for peer-to-peer descriptor exchange (no external service).
-pub const P2PHANDSHAKE: &str = "P2PHANDSHAKE";
+pub use crate::metadata::P2PHANDSHAKE;
 
 /// Engine configuration. Start from [`Config::default`] (which applies the environment) and
 /// override with [`Config::set`].
@@ -244,7 +243,7 @@ impl Config {
         match key {
             "metadata" => {
                 let v = value.trim();
-                crate::metadata::store::parse_kind(v)?;
+                crate::metadata::service::parse_kind(v)?;
                 self.metadata = v.to_string();
             }
             "local_server_name" => {
@@ -375,7 +374,7 @@ impl Config {
         for (var, key) in pairs {
             if let Ok(v) = std::env::var(var) {
                 if let Err(e) = self.set(key, &v) {
-                    crate::tw_log!(crate::log::Level::Warn, "ignoring {var}={v:?}: {e}");
+                    tw_log!(crate::log::Level::Warn, "ignoring {var}={v:?}: {e}");
                 }
             }
         }

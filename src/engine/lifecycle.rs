@@ -10,7 +10,7 @@ use crate::log::Level;
 use crate::memory::Registry;
 use crate::metadata::rpc::MsgType;
 use crate::metadata::server::RpcServer;
-use crate::metadata::store::MetadataStore;
+use crate::metadata::service::MetadataStore;
 use crate::transport::Route;
 use crate::transport::local::MemCopy;
 use crate::transport::samehost::SameHostBackend;

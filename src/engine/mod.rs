@@ -31,7 +31,7 @@ pub use transfer::{AsRequest, Request};
 use crate::completion::Batch;
 use crate::memory::Registry;
 use crate::metadata::server::RpcServer;
-use crate::metadata::store::MetadataStore;
+use crate::metadata::service::MetadataStore;
 use crate::transport::tcp::server::TcpServer;
 use crate::transport::{Backend, Route};
 use ids::IdTable;

@@ -121,7 +121,7 @@ impl SharedRoute {
         match Self::try_attach(pid, token, control_fd, list, fallback) {
             Ok(r) => Some(r),
             Err(e) => {
-                crate::tw_log!(
+                tw_log!(
                     crate::log::Level::Info,
                     "shared buffers of pid {pid} not mapped ({e}); using the socket path"
                 );
