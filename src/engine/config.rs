@@ -1,7 +1,12 @@
-//! Engine configuration: typed fields, a string key/value setter (used by the C builder and
-//! Python) and the Mooncake `MC_*` environment variables that apply to this engine.
+//! Engine configuration: typed fields, and [`OPTIONS`], the one table of the options by key:
+//! for each, the environment variables that set it (Mooncake's `MC_*` that apply to this
+//! engine, and ours), its help, and how its value is read and written. The key/value setter
+//! (used by the C builder and Python), the environment, the key list and the help with its
+//! default are all generated from that table, and the defaults live once, in [`Config::base`].
 
+use crate::auth::AuthKey;
 use crate::error::{Error, ErrorKind, Result};
+use crate::transport::tcp::sockopt::Congestion;
 use std::time::Duration;
 
 pub use crate::transport::rdma::RdmaMode;
@@ -79,142 +84,374 @@ pub struct Config {
 }
 
 impl Default for Config {
+    /// [`Config::base`] with the environment applied.
     fn default() -> Self {
-        let mut c = Config {
-            metadata: P2PHANDSHAKE.to_string(),
-            local_server_name: "127.0.0.1".to_string(),
-            bind_address: String::new(),
-            rpc_port: 0,
-            data_port: 0,
-            tcp_lanes: 2,
-            tcp_proto: 2,
-            tcp_spread: None,
-            tcp_congestion: crate::transport::tcp::sockopt::Congestion::Auto,
-            slice_size: 1 << 20,
-            connect_timeout: Duration::from_secs(5),
-            io_timeout: Duration::from_secs(30),
-            transfer_timeout: Duration::from_secs(30),
-            max_data_connections: 512,
-            data_idle_timeout: Duration::from_secs(120),
-            rpc_max_concurrent: 32,
-            notify_max_count: crate::engine::notify_queue::DEFAULT_MAX_COUNT,
-            notify_max_bytes: crate::engine::notify_queue::DEFAULT_MAX_BYTES,
-            rdma_max_passive_endpoints: 256,
-            handshake_max_len: crate::metadata::rpc::DEFAULT_MAX_FRAME,
-            same_host: true,
-            rdma: RdmaMode::Auto,
-            rdma_devices: Vec::new(),
-            rdma_slice_size: 64 << 10,
-            rdma_qp_per_ep: 2,
-            rdma_max_wr: 256,
-            rdma_retries: 8,
-            auth_key: crate::auth::AuthKey::default(),
-        };
+        let mut c = Config::base();
         c.apply_env();
         c
     }
 }
 
-/// Keys accepted by [`Config::set`], with a one-line description each.
-pub const KEYS: &[(&str, &str)] = &[
-    (
-        "metadata",
-        "P2PHANDSHAKE (default), http://host:port/path, or etcd: etcd://host:port[;host:port...] or host:port",
-    ),
-    (
-        "local_server_name",
-        "host[:port] this engine advertises (default 127.0.0.1)",
-    ),
-    (
-        "bind_address",
-        "address the listeners bind (default: the advertised host)",
-    ),
-    ("rpc_port", "handshake port, 0 = any free port"),
-    ("data_port", "TCP data port, 0 = any free port"),
-    ("tcp_lanes", "connections per peer, 1..=16 (default 2)"),
-    (
-        "tcp_congestion",
-        "auto (default: reno between two ends on one host, else the system's), system, or an algorithm name",
-    ),
-    (
-        "tcp_spread",
-        "auto (default: with 4 or more CPUs), on or off: cut a batch the caller sends itself over the idle lanes",
-    ),
-    (
-        "tcp_proto",
-        "highest TCP framing version, 1 or 2 (default 2)",
-    ),
-    (
-        "slice_size",
-        "bytes per wire request for large transfers (default 1048576)",
-    ),
-    ("connect_timeout_ms", "connect deadline (default 5000)"),
-    ("io_timeout_ms", "reply deadline (default 30000)"),
-    (
-        "transfer_timeout_ms",
-        "every task ends within this time of its submission (default 30000; MC_TRANSFER_TIMEOUT s)",
-    ),
-    (
-        "max_data_connections",
-        "most connections the data server serves at once (default 512)",
-    ),
-    (
-        "data_idle_timeout_ms",
-        "the data server closes connections idle this long (default 120000)",
-    ),
-    (
-        "rpc_max_concurrent",
-        "most handshake/RPC requests served at once (default 32)",
-    ),
-    (
-        "notify_max_count",
-        "most received notifications held until taken (default 65536)",
-    ),
-    (
-        "notify_max_bytes",
-        "most bytes of received notifications held until taken (default 64 MiB)",
-    ),
-    (
-        "rdma_max_passive_endpoints",
-        "most passive RDMA endpoints; the oldest is evicted (default 256)",
-    ),
-    (
-        "handshake_max_len",
-        "largest handshake frame, 1 MiB..128 MiB",
-    ),
-    (
-        "same_host",
-        "1 (default) = same-host shortcuts between tidewire engines, 0 = TCP only",
-    ),
-    (
-        "rdma",
-        "auto (default: RDMA when a device is usable) | off | on (fail without RDMA)",
-    ),
-    (
-        "rdma_devices",
-        "comma-separated RDMA device names to use (default: all active)",
-    ),
-    (
-        "rdma_slice_size",
-        "bytes per RDMA work request (default 65536)",
-    ),
-    (
-        "rdma_qp_per_ep",
-        "queue pairs per device pair, 1..=16 (default 2)",
-    ),
-    (
-        "rdma_max_wr",
-        "send queue depth per queue pair, 1..=8192 (default 256)",
-    ),
-    (
-        "rdma_retries",
-        "retries of a failed RDMA slice on another path, 0..=64 (default 8)",
-    ),
-    (
-        "auth_key",
-        "pre-shared key tidewire peers must prove on every connection; empty (default) = off \
-         (TW_AUTH_KEY)",
-    ),
+/// How an environment variable sets an option.
+#[derive(Clone, Copy)]
+pub enum Env {
+    /// The variable's value, as [`Config::set`] takes it; a bad value is logged and ignored.
+    Value(&'static str),
+    /// The value in whole seconds (at least 1), as Mooncake reads it; a bad value is ignored.
+    Seconds(&'static str, fn(&mut Config, Duration)),
+    /// Like `Value`, and never logged: the value is a secret.
+    Secret(&'static str),
+    /// Any value but `""`, `0`, `false`, `off` or `no` sets the option to the value given here.
+    Force(&'static str, &'static str),
+}
+
+impl Env {
+    /// The variable's name.
+    pub fn var(&self) -> &'static str {
+        match *self {
+            Env::Value(v) | Env::Seconds(v, _) | Env::Secret(v) | Env::Force(v, _) => v,
+        }
+    }
+}
+
+/// One option: its key, the environment variables that set it (applied in order, the later
+/// winning), its help, and how its value is written ([`Config::set`]) and read back.
+pub struct Opt {
+    /// The key [`Config::set`] takes.
+    pub key: &'static str,
+    /// Environment variables that set it.
+    pub env: &'static [Env],
+    /// What it means (the default is appended from [`Config::base`]).
+    pub help: &'static str,
+    get: fn(&Config) -> String,
+    set: fn(&mut Config, &str, &str) -> Result<()>,
+}
+
+impl Opt {
+    /// Its value in `c`, as [`Config::set`] takes it (a set `auth_key` reads `"(set)"`).
+    pub fn get(&self, c: &Config) -> String {
+        (self.get)(c)
+    }
+
+    /// The help line: what it means, its default, and the variables that set it.
+    pub fn help_line(&self) -> String {
+        let d = self.get(&Config::base());
+        let mut line = format!(
+            "{} (default {})",
+            self.help,
+            if d.is_empty() { "empty" } else { &d }
+        );
+        if !self.env.is_empty() {
+            let vars: Vec<&str> = self.env.iter().map(Env::var).collect();
+            line.push_str(&format!("; env {}", vars.join(", ")));
+        }
+        line
+    }
+}
+
+fn ms(d: Duration) -> String {
+    d.as_millis().to_string()
+}
+
+fn on_off(v: &str, key: &str, what: &str) -> Result<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        v => Err(Error::new(
+            ErrorKind::InvalidArgument,
+            format!("{key}: {v:?} is not {what}"),
+        )),
+    }
+}
+
+/// Every option, one row each: the key list, the setter, the environment and the help are all
+/// generated from this table.
+pub const OPTIONS: &[Opt] = &[
+    Opt {
+        key: "metadata",
+        env: &[],
+        help: "P2PHANDSHAKE, http://host:port/path, or etcd: etcd://host:port[;host:port...] or host:port",
+        get: |c| c.metadata.clone(),
+        set: |c, _, v| {
+            let v = v.trim();
+            crate::metadata::service::parse_kind(v)?;
+            c.metadata = v.to_string();
+            Ok(())
+        },
+    },
+    Opt {
+        key: "local_server_name",
+        env: &[],
+        help: "host[:port] this engine advertises",
+        get: |c| c.local_server_name.clone(),
+        set: |c, _, v| {
+            crate::metadata::parse_host_port(v, 0)?;
+            c.local_server_name = v.trim().to_string();
+            Ok(())
+        },
+    },
+    Opt {
+        key: "bind_address",
+        env: &[Env::Value("MC_TCP_BIND_ADDRESS")],
+        help: "address the listeners bind (empty: the advertised host)",
+        get: |c| c.bind_address.clone(),
+        set: |c, _, v| {
+            c.bind_address = v.trim().to_string();
+            Ok(())
+        },
+    },
+    Opt {
+        key: "rpc_port",
+        env: &[],
+        help: "handshake port, 0 = any free port",
+        get: |c| c.rpc_port.to_string(),
+        set: |c, k, v| ranged(k, v, 0, 65535).map(|n| c.rpc_port = n as u16),
+    },
+    Opt {
+        key: "data_port",
+        env: &[],
+        help: "TCP data port, 0 = any free port",
+        get: |c| c.data_port.to_string(),
+        set: |c, k, v| ranged(k, v, 0, 65535).map(|n| c.data_port = n as u16),
+    },
+    Opt {
+        key: "tcp_lanes",
+        env: &[
+            Env::Value("MC_TCP_LANES_PER_PEER"),
+            Env::Value("MC_TCP_MAX_CONNECTIONS_PER_PEER"),
+            Env::Value("TW_TCP_LANES"),
+        ],
+        help: "connections per peer, 1..=16",
+        get: |c| c.tcp_lanes.to_string(),
+        set: |c, k, v| ranged(k, v, 1, 16).map(|n| c.tcp_lanes = n as usize),
+    },
+    Opt {
+        key: "tcp_congestion",
+        env: &[Env::Value("TW_TCP_CONGESTION")],
+        help: "auto (reno between two ends on one host, else the system's), system, or an algorithm name",
+        get: |c| match c.tcp_congestion {
+            Congestion::Auto => "auto".into(),
+            Congestion::System => "system".into(),
+            Congestion::Named(n) => n.as_str().into(),
+        },
+        set: |c, _, v| {
+            c.tcp_congestion = Congestion::parse(v).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("tcp_congestion: {v:?} is not auto, system or a name"),
+                )
+            })?;
+            Ok(())
+        },
+    },
+    Opt {
+        key: "tcp_spread",
+        env: &[Env::Value("TW_TCP_SPREAD")],
+        help: "auto (on with 4 or more CPUs), on or off: cut a batch the caller sends itself over the idle lanes",
+        get: |c| match c.tcp_spread {
+            None => "auto".into(),
+            Some(true) => "on".into(),
+            Some(false) => "off".into(),
+        },
+        set: |c, k, v| {
+            let v = v.trim();
+            c.tcp_spread = match v {
+                "" => None,
+                _ if v.eq_ignore_ascii_case("auto") => None,
+                _ => Some(on_off(v, k, "auto/on/off")?),
+            };
+            Ok(())
+        },
+    },
+    Opt {
+        key: "tcp_proto",
+        env: &[Env::Value("MC_TCP_PROTO")],
+        help: "highest TCP framing version, 1 or 2",
+        get: |c| c.tcp_proto.to_string(),
+        set: |c, k, v| ranged(k, v, 1, 2).map(|n| c.tcp_proto = n as u32),
+    },
+    Opt {
+        key: "slice_size",
+        env: &[Env::Value("TW_SLICE_SIZE")],
+        help: "bytes per wire request for large transfers",
+        get: |c| c.slice_size.to_string(),
+        set: |c, k, v| ranged(k, v, 4096, 1 << 30).map(|n| c.slice_size = n),
+    },
+    Opt {
+        key: "connect_timeout_ms",
+        env: &[Env::Seconds("MC_HANDSHAKE_CONNECT_TIMEOUT", |c, d| {
+            c.connect_timeout = d
+        })],
+        help: "connect deadline",
+        get: |c| ms(c.connect_timeout),
+        set: |c, k, v| {
+            ranged(k, v, 1, 3_600_000).map(|n| c.connect_timeout = Duration::from_millis(n))
+        },
+    },
+    Opt {
+        key: "io_timeout_ms",
+        env: &[Env::Seconds("MC_TCP_STATUS_TIMEOUT_SEC", |c, d| {
+            c.io_timeout = d
+        })],
+        help: "reply deadline",
+        get: |c| ms(c.io_timeout),
+        set: |c, k, v| ranged(k, v, 1, 86_400_000).map(|n| c.io_timeout = Duration::from_millis(n)),
+    },
+    Opt {
+        key: "transfer_timeout_ms",
+        env: &[Env::Seconds("MC_TRANSFER_TIMEOUT", |c, d| {
+            c.transfer_timeout = d
+        })],
+        help: "every task ends within this time of its submission",
+        get: |c| ms(c.transfer_timeout),
+        set: |c, k, v| {
+            ranged(k, v, 100, 86_400_000).map(|n| c.transfer_timeout = Duration::from_millis(n))
+        },
+    },
+    Opt {
+        key: "max_data_connections",
+        env: &[],
+        help: "most connections the data server serves at once",
+        get: |c| c.max_data_connections.to_string(),
+        set: |c, k, v| ranged(k, v, 1, 65_536).map(|n| c.max_data_connections = n as usize),
+    },
+    Opt {
+        key: "data_idle_timeout_ms",
+        env: &[],
+        help: "the data server closes connections idle this long",
+        get: |c| ms(c.data_idle_timeout),
+        set: |c, k, v| {
+            ranged(k, v, 100, 86_400_000).map(|n| c.data_idle_timeout = Duration::from_millis(n))
+        },
+    },
+    Opt {
+        key: "rpc_max_concurrent",
+        env: &[],
+        help: "most handshake/RPC requests served at once",
+        get: |c| c.rpc_max_concurrent.to_string(),
+        set: |c, k, v| ranged(k, v, 1, 1024).map(|n| c.rpc_max_concurrent = n as usize),
+    },
+    Opt {
+        key: "notify_max_count",
+        env: &[],
+        help: "most received notifications held until taken",
+        get: |c| c.notify_max_count.to_string(),
+        set: |c, k, v| ranged(k, v, 1, 1 << 24).map(|n| c.notify_max_count = n as usize),
+    },
+    Opt {
+        key: "notify_max_bytes",
+        env: &[],
+        help: "most bytes of received notifications held until taken",
+        get: |c| c.notify_max_bytes.to_string(),
+        set: |c, k, v| ranged(k, v, 1 << 10, 1 << 40).map(|n| c.notify_max_bytes = n as usize),
+    },
+    Opt {
+        key: "rdma_max_passive_endpoints",
+        env: &[],
+        help: "most passive RDMA endpoints; the oldest is evicted",
+        get: |c| c.rdma_max_passive_endpoints.to_string(),
+        set: |c, k, v| ranged(k, v, 1, 65_536).map(|n| c.rdma_max_passive_endpoints = n as usize),
+    },
+    Opt {
+        key: "handshake_max_len",
+        env: &[Env::Value("MC_HANDSHAKE_MAX_LENGTH")],
+        help: "largest handshake frame, 1 MiB..128 MiB",
+        get: |c| c.handshake_max_len.to_string(),
+        set: |c, k, v| ranged(k, v, 1 << 20, 128 << 20).map(|n| c.handshake_max_len = n),
+    },
+    Opt {
+        key: "same_host",
+        env: &[Env::Value("TW_SAME_HOST")],
+        help: "1 = same-host shortcuts between tidewire engines, 0 = TCP only",
+        get: |c| if c.same_host { "1" } else { "0" }.into(),
+        set: |c, k, v| {
+            c.same_host = match v.trim() {
+                "1" | "true" | "on" | "yes" => true,
+                "0" | "false" | "off" | "no" => false,
+                v => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidArgument,
+                        format!("{k}: {v:?} is not 0/1"),
+                    ));
+                }
+            };
+            Ok(())
+        },
+    },
+    Opt {
+        key: "rdma",
+        env: &[Env::Value("TW_RDMA"), Env::Force("MC_FORCE_TCP", "off")],
+        help: "auto (RDMA when a device is usable) | off | on (fail without RDMA)",
+        get: |c| match c.rdma {
+            RdmaMode::Auto => "auto".into(),
+            RdmaMode::Off => "off".into(),
+            RdmaMode::On => "on".into(),
+        },
+        set: |c, k, v| {
+            let v = v.trim();
+            c.rdma = if v.is_empty() || v.eq_ignore_ascii_case("auto") {
+                RdmaMode::Auto
+            } else if on_off(v, k, "auto/off/on")? {
+                RdmaMode::On
+            } else {
+                RdmaMode::Off
+            };
+            Ok(())
+        },
+    },
+    Opt {
+        key: "rdma_devices",
+        env: &[Env::Value("MC_TE_FILTERS")],
+        help: "comma-separated RDMA device names to use (empty: all active)",
+        get: |c| c.rdma_devices.join(","),
+        set: |c, _, v| {
+            c.rdma_devices = v
+                .split(',')
+                .map(str::trim)
+                .filter(|d| !d.is_empty())
+                .map(String::from)
+                .collect();
+            Ok(())
+        },
+    },
+    Opt {
+        key: "rdma_slice_size",
+        env: &[Env::Value("MC_SLICE_SIZE")],
+        help: "bytes per RDMA work request",
+        get: |c| c.rdma_slice_size.to_string(),
+        set: |c, k, v| ranged(k, v, 4096, 1 << 30).map(|n| c.rdma_slice_size = n),
+    },
+    Opt {
+        key: "rdma_qp_per_ep",
+        env: &[Env::Value("MC_NUM_QP_PER_EP")],
+        help: "queue pairs per device pair, 1..=16",
+        get: |c| c.rdma_qp_per_ep.to_string(),
+        set: |c, k, v| ranged(k, v, 1, 16).map(|n| c.rdma_qp_per_ep = n as usize),
+    },
+    Opt {
+        key: "rdma_max_wr",
+        env: &[Env::Value("MC_MAX_WR")],
+        help: "send queue depth per queue pair, 1..=8192",
+        get: |c| c.rdma_max_wr.to_string(),
+        set: |c, k, v| ranged(k, v, 1, 8192).map(|n| c.rdma_max_wr = n as u32),
+    },
+    Opt {
+        key: "rdma_retries",
+        env: &[Env::Value("MC_RETRY_CNT")],
+        help: "retries of a failed RDMA slice on another path, 0..=64",
+        get: |c| c.rdma_retries.to_string(),
+        set: |c, k, v| ranged(k, v, 0, 64).map(|n| c.rdma_retries = n as u8),
+    },
+    Opt {
+        key: "auth_key",
+        env: &[Env::Secret("TW_AUTH_KEY")],
+        help: "pre-shared key tidewire peers must prove on every connection; empty = off",
+        get: |c| if c.auth_key.is_on() { "(set)" } else { "" }.into(),
+        set: |c, _, v| {
+            c.auth_key = AuthKey::new(v);
+            Ok(())
+        },
+    },
 ];
 
 fn num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T> {
@@ -238,175 +475,102 @@ fn ranged(key: &str, v: &str, lo: u64, hi: u64) -> Result<u64> {
 }
 
 impl Config {
-    /// Sets one option by name; unknown keys and bad values are errors.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        match key {
-            "metadata" => {
-                let v = value.trim();
-                crate::metadata::service::parse_kind(v)?;
-                self.metadata = v.to_string();
-            }
-            "local_server_name" => {
-                crate::metadata::parse_host_port(value, 0)?;
-                self.local_server_name = value.trim().to_string();
-            }
-            "bind_address" => self.bind_address = value.trim().to_string(),
-            "rpc_port" => self.rpc_port = ranged(key, value, 0, 65535)? as u16,
-            "data_port" => self.data_port = ranged(key, value, 0, 65535)? as u16,
-            "tcp_lanes" => self.tcp_lanes = ranged(key, value, 1, 16)? as usize,
-            "tcp_proto" => self.tcp_proto = ranged(key, value, 1, 2)? as u32,
-            "slice_size" => self.slice_size = ranged(key, value, 4096, 1 << 30)?,
-            "connect_timeout_ms" => {
-                self.connect_timeout = Duration::from_millis(ranged(key, value, 1, 3_600_000)?)
-            }
-            "io_timeout_ms" => {
-                self.io_timeout = Duration::from_millis(ranged(key, value, 1, 86_400_000)?)
-            }
-            "transfer_timeout_ms" => {
-                self.transfer_timeout = Duration::from_millis(ranged(key, value, 100, 86_400_000)?)
-            }
-            "max_data_connections" => {
-                self.max_data_connections = ranged(key, value, 1, 65_536)? as usize
-            }
-            "data_idle_timeout_ms" => {
-                self.data_idle_timeout = Duration::from_millis(ranged(key, value, 100, 86_400_000)?)
-            }
-            "rpc_max_concurrent" => self.rpc_max_concurrent = ranged(key, value, 1, 1024)? as usize,
-            "notify_max_count" => self.notify_max_count = ranged(key, value, 1, 1 << 24)? as usize,
-            "notify_max_bytes" => {
-                self.notify_max_bytes = ranged(key, value, 1 << 10, 1 << 40)? as usize
-            }
-            "rdma_max_passive_endpoints" => {
-                self.rdma_max_passive_endpoints = ranged(key, value, 1, 65_536)? as usize
-            }
-            "handshake_max_len" => self.handshake_max_len = ranged(key, value, 1 << 20, 128 << 20)?,
-            "tcp_congestion" => {
-                self.tcp_congestion = crate::transport::tcp::sockopt::Congestion::parse(value)
-                    .ok_or_else(|| {
-                        Error::new(
-                            ErrorKind::InvalidArgument,
-                            format!("tcp_congestion: {value:?} is not auto, system or a name"),
-                        )
-                    })?
-            }
-            "tcp_spread" => {
-                self.tcp_spread = match value.trim().to_ascii_lowercase().as_str() {
-                    "auto" | "" => None,
-                    "on" | "1" | "true" | "yes" => Some(true),
-                    "off" | "0" | "false" | "no" => Some(false),
-                    v => {
-                        return Err(Error::new(
-                            ErrorKind::InvalidArgument,
-                            format!("tcp_spread: {v:?} is not auto/on/off"),
-                        ));
-                    }
-                }
-            }
-            "same_host" => {
-                self.same_host = match value.trim() {
-                    "1" | "true" | "on" | "yes" => true,
-                    "0" | "false" | "off" | "no" => false,
-                    v => {
-                        return Err(Error::new(
-                            ErrorKind::InvalidArgument,
-                            format!("same_host: {v:?} is not 0/1"),
-                        ));
-                    }
-                }
-            }
-            "rdma" => {
-                self.rdma = match value.trim().to_ascii_lowercase().as_str() {
-                    "auto" | "" => RdmaMode::Auto,
-                    "off" | "0" | "false" | "no" => RdmaMode::Off,
-                    "on" | "1" | "true" | "yes" => RdmaMode::On,
-                    v => {
-                        return Err(Error::new(
-                            ErrorKind::InvalidArgument,
-                            format!("rdma: {v:?} is not auto/off/on"),
-                        ));
-                    }
-                }
-            }
-            "rdma_devices" => {
-                self.rdma_devices = value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|d| !d.is_empty())
-                    .map(String::from)
-                    .collect()
-            }
-            "rdma_slice_size" => self.rdma_slice_size = ranged(key, value, 4096, 1 << 30)?,
-            "rdma_qp_per_ep" => self.rdma_qp_per_ep = ranged(key, value, 1, 16)? as usize,
-            "rdma_max_wr" => self.rdma_max_wr = ranged(key, value, 1, 8192)? as u32,
-            "rdma_retries" => self.rdma_retries = ranged(key, value, 0, 64)? as u8,
-            "auth_key" => self.auth_key = crate::auth::AuthKey::new(value),
-            _ => {
-                let known: Vec<&str> = KEYS.iter().map(|k| k.0).collect();
-                return Err(Error::new(
-                    ErrorKind::InvalidArgument,
-                    format!("unknown option {key:?}; known: {}", known.join(", ")),
-                ));
-            }
+    /// The defaults, without the environment (the one place they are written).
+    pub fn base() -> Config {
+        Config {
+            metadata: P2PHANDSHAKE.to_string(),
+            local_server_name: "127.0.0.1".to_string(),
+            bind_address: String::new(),
+            rpc_port: 0,
+            data_port: 0,
+            tcp_lanes: 2,
+            tcp_proto: 2,
+            tcp_spread: None,
+            tcp_congestion: Congestion::Auto,
+            slice_size: 1 << 20,
+            connect_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(30),
+            transfer_timeout: Duration::from_secs(30),
+            max_data_connections: 512,
+            data_idle_timeout: Duration::from_secs(120),
+            rpc_max_concurrent: 32,
+            notify_max_count: crate::engine::notify_queue::DEFAULT_MAX_COUNT,
+            notify_max_bytes: crate::engine::notify_queue::DEFAULT_MAX_BYTES,
+            rdma_max_passive_endpoints: 256,
+            handshake_max_len: crate::metadata::rpc::DEFAULT_MAX_FRAME,
+            same_host: true,
+            rdma: RdmaMode::Auto,
+            rdma_devices: Vec::new(),
+            rdma_slice_size: 64 << 10,
+            rdma_qp_per_ep: 2,
+            rdma_max_wr: 256,
+            rdma_retries: 8,
+            auth_key: AuthKey::default(),
         }
-        Ok(())
     }
 
-    /// Applies the Mooncake variables that mean something here. Bad values are logged and ignored.
-    fn apply_env(&mut self) {
-        let pairs = [
-            ("MC_TCP_BIND_ADDRESS", "bind_address"),
-            ("MC_TCP_LANES_PER_PEER", "tcp_lanes"),
-            ("MC_TCP_MAX_CONNECTIONS_PER_PEER", "tcp_lanes"),
-            ("MC_TCP_PROTO", "tcp_proto"),
-            ("MC_HANDSHAKE_MAX_LENGTH", "handshake_max_len"),
-            ("TW_SLICE_SIZE", "slice_size"),
-            ("TW_TCP_LANES", "tcp_lanes"),
-            ("TW_TCP_SPREAD", "tcp_spread"),
-            ("TW_TCP_CONGESTION", "tcp_congestion"),
-            ("TW_SAME_HOST", "same_host"),
-            ("TW_RDMA", "rdma"),
-            ("MC_TE_FILTERS", "rdma_devices"),
-            ("MC_SLICE_SIZE", "rdma_slice_size"),
-            ("MC_NUM_QP_PER_EP", "rdma_qp_per_ep"),
-            ("MC_MAX_WR", "rdma_max_wr"),
-            ("MC_RETRY_CNT", "rdma_retries"),
-        ];
-        for (var, key) in pairs {
-            if let Ok(v) = std::env::var(var) {
-                if let Err(e) = self.set(key, &v) {
-                    tw_log!(crate::log::Level::Warn, "ignoring {var}={v:?}: {e}");
-                }
+    /// The option `key`, if there is one.
+    pub fn option(key: &str) -> Option<&'static Opt> {
+        OPTIONS.iter().find(|o| o.key == key)
+    }
+
+    /// Every key with its help line (default and variables included), in table order.
+    pub fn help() -> Vec<(&'static str, String)> {
+        OPTIONS.iter().map(|o| (o.key, o.help_line())).collect()
+    }
+
+    /// Sets one option by name; unknown keys and bad values are errors.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        match Config::option(key) {
+            Some(o) => (o.set)(self, key, value),
+            None => {
+                let known: Vec<&str> = OPTIONS.iter().map(|o| o.key).collect();
+                Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!("unknown option {key:?}; known: {}", known.join(", ")),
+                ))
             }
         }
-        // Never logged: the value is a secret.
-        if let Ok(v) = std::env::var("TW_AUTH_KEY") {
-            self.auth_key = crate::auth::AuthKey::new(&v);
-        }
-        if std::env::var("MC_FORCE_TCP").is_ok_and(|v| {
-            !matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "" | "0" | "false" | "off" | "no"
-            )
-        }) {
-            self.rdma = RdmaMode::Off;
-        }
-        if let Some(secs) = std::env::var("MC_HANDSHAKE_CONNECT_TIMEOUT")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            self.connect_timeout = Duration::from_secs(secs.max(1));
-        }
-        if let Some(secs) = std::env::var("MC_TRANSFER_TIMEOUT")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            self.transfer_timeout = Duration::from_secs(secs.max(1));
-        }
-        if let Some(secs) = std::env::var("MC_TCP_STATUS_TIMEOUT_SEC")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            self.io_timeout = Duration::from_secs(secs.max(1));
+    }
+
+    /// The value of option `key` as [`set`](Self::set) takes it (a set `auth_key` reads
+    /// `"(set)"`); `None` for an unknown key.
+    pub fn get(&self, key: &str) -> Option<String> {
+        Config::option(key).map(|o| o.get(self))
+    }
+
+    /// Applies the environment variables of every option, in table order.
+    fn apply_env(&mut self) {
+        for o in OPTIONS {
+            for env in o.env {
+                let Ok(v) = std::env::var(env.var()) else {
+                    continue;
+                };
+                match *env {
+                    Env::Value(var) => {
+                        if let Err(e) = (o.set)(self, o.key, &v) {
+                            tw_log!(crate::log::Level::Warn, "ignoring {var}={v:?}: {e}");
+                        }
+                    }
+                    Env::Secret(_) => {
+                        let _ = (o.set)(self, o.key, &v);
+                    }
+                    Env::Force(_, value) => {
+                        let off = matches!(
+                            v.trim().to_ascii_lowercase().as_str(),
+                            "" | "0" | "false" | "off" | "no"
+                        );
+                        if !off {
+                            let _ = (o.set)(self, o.key, value);
+                        }
+                    }
+                    Env::Seconds(_, put) => {
+                        if let Ok(secs) = v.trim().parse::<u64>() {
+                            put(self, Duration::from_secs(secs.max(1)));
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -466,5 +630,64 @@ mod tests {
             c.set("local_server_name", "").unwrap_err().kind(),
             ErrorKind::InvalidArgument
         );
+    }
+
+    /// The table is the one home of every option: each key once, each variable once, every
+    /// default read back through its own setter unchanged, no default written into a help, and
+    /// every field of `Config` reachable through a key.
+    #[test]
+    fn one_row_per_option_and_nothing_drifts() {
+        let mut keys = std::collections::HashSet::new();
+        let mut vars = std::collections::HashSet::new();
+        let base = Config::base();
+        for o in OPTIONS {
+            assert!(keys.insert(o.key), "{} twice", o.key);
+            for e in o.env {
+                assert!(vars.insert(e.var()), "{} twice", e.var());
+            }
+            assert!(
+                !o.help.contains("default"),
+                "{}: the default is generated",
+                o.key
+            );
+            let mut c = Config::base();
+            c.set(o.key, &o.get(&base)).unwrap();
+            assert_eq!(o.get(&c), o.get(&base), "{} does not read back", o.key);
+            assert!(o.help_line().starts_with(o.help));
+        }
+        // Each field's value moves when, and only when, its own key is set: a field without a
+        // key (or a key writing the wrong field) shows up in the Debug text.
+        let fields = format!("{:?}", base).matches(": ").count();
+        assert_eq!(OPTIONS.len(), fields, "one key per Config field");
+        for (o, other) in [
+            ("tcp_lanes", "7"),
+            ("slice_size", "8192"),
+            ("connect_timeout_ms", "1234"),
+            ("rdma", "off"),
+            ("tcp_spread", "on"),
+            ("auth_key", "k"),
+        ] {
+            let mut c = Config::base();
+            c.set(o, other).unwrap();
+            for p in OPTIONS.iter().filter(|p| p.key != o) {
+                assert_eq!(p.get(&c), p.get(&base), "setting {o} moved {}", p.key);
+            }
+            assert_ne!(c.get(o), base.get(o), "{o}");
+        }
+    }
+
+    #[test]
+    fn help_names_the_default_and_the_variables() {
+        let help: std::collections::HashMap<_, _> = Config::help().into_iter().collect();
+        assert_eq!(
+            help["tcp_lanes"],
+            "connections per peer, 1..=16 (default 2); env MC_TCP_LANES_PER_PEER, \
+             MC_TCP_MAX_CONNECTIONS_PER_PEER, TW_TCP_LANES"
+        );
+        assert_eq!(
+            help["rpc_port"],
+            "handshake port, 0 = any free port (default 0)"
+        );
+        assert!(help["auth_key"].contains("(default empty); env TW_AUTH_KEY"));
     }
 }
