@@ -690,4 +690,31 @@ mod tests {
         );
         assert!(help["auth_key"].contains("(default empty); env TW_AUTH_KEY"));
     }
+
+    /// A `CONFIG_KEYS = (...)` tuple in the Python package (a copy kept by hand) must name
+    /// exactly the keys of [`OPTIONS`].
+    #[test]
+    fn python_config_keys_match_the_table() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/python/tidewire");
+        let mut copies = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "py") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let Some(start) = text.find("\nCONFIG_KEYS = (") else {
+                continue;
+            };
+            let body = &text[start..];
+            let body = &body[..body.find(')').unwrap()];
+            let mut python: Vec<&str> = body.split('"').skip(1).step_by(2).collect();
+            let mut rust: Vec<&str> = OPTIONS.iter().map(|o| o.key).collect();
+            python.sort_unstable();
+            rust.sort_unstable();
+            assert_eq!(python, rust, "{}: CONFIG_KEYS", path.display());
+            copies += 1;
+        }
+        assert!(copies <= 1, "CONFIG_KEYS is written {copies} times");
+    }
 }
