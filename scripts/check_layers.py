@@ -39,6 +39,8 @@ ALLOWED_LONG = {
 CRATE_PATH = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)")
 # `use crate::{a, b::c}` names several modules at once.
 CRATE_GROUP = re.compile(r"\bcrate::\{([^}]*)\}", re.S)
+# `super::super::x` from deep enough reaches the crate root: then `x` is a top-level module too.
+SUPER_PATH = re.compile(r"(?<![:\w])((?:super::)+)([a-z_][a-z0-9_]*)")
 LINE_COMMENT = re.compile(r"//.*")
 
 
@@ -68,9 +70,20 @@ def top_module(src: Path, path: Path) -> str | None:
     return rel.parts[0]
 
 
-def imports(text: str) -> set[str]:
+def module_depth(src: Path, path: Path) -> int:
+    """How many `super::` lead from this file's module to the crate root."""
+    parts = list(path.relative_to(src).with_suffix("").parts)
+    if parts[-1] == "mod":
+        parts.pop()
+    return len(parts)
+
+
+def imports(text: str, depth: int) -> set[str]:
     code = LINE_COMMENT.sub("", text)
     found = set(CRATE_PATH.findall(code))
+    for supers, name in SUPER_PATH.findall(code):
+        if supers.count("super::") == depth:
+            found.add(name)
     for group in CRATE_GROUP.findall(code):
         for item in group.split(","):
             name = item.strip().split("::")[0].strip()
@@ -112,6 +125,8 @@ def main() -> int:
     rank = {name: i for i, layer in enumerate(layers) for name in layer}
     errors = []
 
+    tops = {p.stem for p in src.glob("*.rs") if p.stem != "lib"}
+    tops |= {p.name for p in src.iterdir() if p.is_dir() and p.name != "bin"}
     graph: dict[str, set[str]] = {}
     where: dict[tuple[str, str], str] = {}
     for path in sorted(src.rglob("*.rs")):
@@ -121,15 +136,15 @@ def main() -> int:
         if me not in rank:
             errors.append(f"{path.relative_to(root)}: module {me!r} is not in src/README.md's layers")
             rank[me] = -1
-        for other in imports(path.read_text()):
-            if other in ("self", "super") or other == me:
-                continue
+        for other in imports(path.read_text(), module_depth(src, path)):
+            if other not in tops or other == me:
+                continue  # a crate-root item (VERSION, re-exports), or a path inside a module
             graph.setdefault(me, set()).add(other)
             where.setdefault((me, other), str(path.relative_to(root)))
 
     for (me, other), path in sorted(where.items()):
-        if other not in rank:
-            continue  # a crate-root item (VERSION, re-exports)
+        if rank.get(other, -1) < 0:
+            continue  # reported above as missing from the layers
         if rank[me] >= 0 and rank[other] <= rank[me] and (me, other) not in ALLOWED_EDGES:
             errors.append(f"{path}: {me} imports {other}, which is not below it")
     cycle = find_cycle(
