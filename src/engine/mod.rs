@@ -1,5 +1,5 @@
 //! The engine: the [`Engine`] handle and its shared state. One job per file: `lifecycle.rs`
-//! (start, stop), `backends.rs` (the list of transports and walking it), `registration.rs`
+//! (start, stop), `backends/` (the list of transports and walking it), `registration.rs`
 //! (registered memory, shared buffers), `open.rs` (segments), `routing.rs` (fetching a
 //! descriptor, asking the backends for a route), `publish.rs` (descriptor and metadata keys),
 //! `rpc.rs` (RPC handler, notifications), `transfer.rs` (batches), `submit.rs` (validating and
@@ -77,7 +77,7 @@ pub(crate) struct Inner {
     live: RwLock<bool>,
     store: Option<MetadataStore>,
     servers: Mutex<Option<(RpcServer, TcpServer)>>,
-    /// The transports, in routing order (`backends.rs`).
+    /// The transports, in routing order (`backends/`).
     backends: Vec<Box<dyn Backend>>,
 }
 

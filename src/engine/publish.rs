@@ -44,7 +44,7 @@ impl MetadataKeys {
 
 impl Inner {
     /// This engine's descriptor: its name and remote-accessible buffers, then each backend's
-    /// keys (`backends.rs`).
+    /// keys (`backends/`).
     pub(super) fn local_desc(&self) -> SegmentDesc {
         let mut d = SegmentDesc {
             buffers: self

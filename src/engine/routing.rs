@@ -1,5 +1,5 @@
 //! Route choice: fetching a segment's descriptor (from the peer or the metadata server) and
-//! asking the backends (`backends.rs`, in order) which one reaches it: RDMA when both sides can,
+//! asking the backends (`backends/`, in order) which one reaches it: RDMA when both sides can,
 //! memcpy for this process, TCP (switching to the verified same-host path, with shared buffers
 //! mapped over it) otherwise, or none for a protocol this engine cannot speak.
 

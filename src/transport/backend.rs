@@ -1,5 +1,5 @@
 //! [`Backend`]: a transport as a whole, as the engine sees it. The engine holds an ordered list of
-//! backends (`engine/backends.rs`) and never names one: it asks each to start, to add its keys
+//! backends (`engine/backends/`) and never names one: it asks each to start, to add its keys
 //! to the published descriptor, to keep memory registrations in step, to route (or decline) a
 //! peer segment, and to stop. See `src/README.md` for adding one.
 

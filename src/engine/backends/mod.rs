@@ -5,6 +5,7 @@
 use super::config::Config;
 use super::{Engine, Inner};
 use crate::error::{Error, ErrorKind, Result, fail};
+use crate::memory::Registry;
 use crate::metadata::SegmentDesc;
 use crate::transport::rdma::{self, RdmaBackend};
 use crate::transport::samehost::SameHostBackend;
@@ -120,20 +121,7 @@ impl Inner {
     /// Registers new regions with every backend; on failure the backends that took them drop
     /// them again and the engine registration of those regions is undone.
     pub(super) fn register_backends(&self, ranges: &[(u64, u64)], remote: bool) -> Result<()> {
-        for (i, b) in self.backends.iter().enumerate() {
-            if let Err(e) = b.register(ranges, remote) {
-                for done in &self.backends[..i] {
-                    for &(base, _) in ranges {
-                        done.unregister(base);
-                    }
-                }
-                for &(base, _) in ranges {
-                    let _ = self.registry.unregister(base);
-                }
-                return Err(Error::new(ErrorKind::Internal, e));
-            }
-        }
-        Ok(())
+        register_all(&self.backends, &self.registry, ranges, remote)
     }
 
     /// Drops the region at `base` from every backend.
@@ -146,16 +134,7 @@ impl Inner {
     /// The route the first backend that does not decline gives, with every backend's layer
     /// over it; `None` when all decline (a protocol this engine cannot speak).
     pub(super) fn connect(&self, peer: &PeerSegment<'_>) -> Result<Option<Route>> {
-        for b in &self.backends {
-            if let Some(route) = b.connect(peer)? {
-                return Ok(Some(
-                    self.backends
-                        .iter()
-                        .fold(route, |r, layer| layer.upgrade(peer, r)),
-                ));
-            }
-        }
-        Ok(None)
+        connect_first(&self.backends, peer)
     }
 
     /// The answer of the backend that takes a peer's connection handshake, if any.
@@ -177,3 +156,43 @@ impl Inner {
         }
     }
 }
+
+/// [`Inner::register_backends`] over any list.
+fn register_all(
+    backends: &[Box<dyn Backend>],
+    registry: &Registry,
+    ranges: &[(u64, u64)],
+    remote: bool,
+) -> Result<()> {
+    for (i, b) in backends.iter().enumerate() {
+        if let Err(e) = b.register(ranges, remote) {
+            for done in &backends[..i] {
+                for &(base, _) in ranges {
+                    done.unregister(base);
+                }
+            }
+            for &(base, _) in ranges {
+                let _ = registry.unregister(base);
+            }
+            return Err(Error::new(ErrorKind::Internal, e));
+        }
+    }
+    Ok(())
+}
+
+/// [`Inner::connect`] over any list.
+fn connect_first(backends: &[Box<dyn Backend>], peer: &PeerSegment<'_>) -> Result<Option<Route>> {
+    for b in backends {
+        if let Some(route) = b.connect(peer)? {
+            return Ok(Some(
+                backends
+                    .iter()
+                    .fold(route, |r, layer| layer.upgrade(peer, r)),
+            ));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests;
