@@ -9,7 +9,7 @@ PY ?= $(VENV)/bin/python
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -pedantic -g -Iinclude
 BUILD_C := target/c_tests
 
-.PHONY: all build run test rust-test c-tests py-tests py-types interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel tq-test serving-test store-stress store-stress-mooncake
+.PHONY: all build run test layers rust-test c-tests py-tests py-types interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel tq-test serving-test store-stress store-stress-mooncake
 
 all: build
 
@@ -39,8 +39,13 @@ run: build
 	$(PROFILE_DIR)/tidewire-bench demo
 
 ## Every test: Rust (unit + integration), C, Python, and interop with real Mooncake peers.
-test: build rust-test c-tests py-types py-tests interop examples install-check
+test: layers build rust-test c-tests py-types py-tests interop examples install-check
 	@echo "make test: all suites passed"
+
+## The layers of src/ (written in src/README.md): no upward import, no circle, no file over 600
+## lines (Rust in src/, Python in python/).
+layers:
+	python3 scripts/check_layers.py
 
 ## The network-namespace tests (tests/hostile_netns.rs) need root; here they fail rather than
 ## skip where namespaces are missing (TIDEWIRE_REQUIRE_NETNS=0 make test skips them, saying so).

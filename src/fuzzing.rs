@@ -77,7 +77,9 @@ pub fn http_response(data: &[u8]) {
     let r = responder();
     *r.input.lock().unwrap_or_else(|e| e.into_inner()) = data.to_vec();
     let url = format!("http://127.0.0.1:{}/metadata", r.port);
-    if let Ok(store) = crate::metadata::http::HttpStore::new(&url, Duration::from_millis(500)) {
+    if let Ok(store) =
+        crate::metadata::service::http::HttpStore::new(&url, Duration::from_millis(500))
+    {
         let _ = store.get("fuzz/key");
     }
 }
@@ -186,4 +188,20 @@ pub fn master_reply(data: &[u8]) {
         let _ = decode::<Reply>(&body);
     }
     let _ = decode::<Reply>(data);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fuzz_seeds_are_refused_without_panics() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds/auth_frames");
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let data = std::fs::read(entry.unwrap().path()).unwrap();
+            super::auth_frames(&data);
+            n += 1;
+        }
+        assert!(n >= 4, "{n} seeds");
+        super::auth_frames(&[]);
+    }
 }

@@ -9,12 +9,15 @@
 
 #[macro_use]
 pub mod log;
+pub mod addr;
 pub mod auth;
 pub mod completion;
 pub mod engine;
 pub mod error;
+pub mod etcd;
 mod ffi;
 pub mod gpu;
+pub mod http_client;
 pub mod memory;
 pub mod metadata;
 pub mod net;

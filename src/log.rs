@@ -37,9 +37,7 @@ pub fn max_level() -> Level {
     })
 }
 
-/// Logs one line if `level` is enabled.
-#[macro_export]
-#[doc(hidden)]
+/// Logs one line if `level` is enabled (in scope everywhere below `lib.rs`'s `mod log`).
 macro_rules! tw_log {
     ($level:expr, $($arg:tt)*) => {
         if $level <= $crate::log::max_level() {

@@ -10,10 +10,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tidewire::ErrorKind;
-use tidewire::metadata::etcd::EtcdClient;
-use tidewire::metadata::etcd_election::{
-    Election, ElectionConfig, Role, master_view_key, read_leader,
-};
+use tidewire::etcd::EtcdClient;
+use tidewire::etcd::election::{Election, ElectionConfig, Role, master_view_key, read_leader};
 
 fn unique_key(tag: &str) -> String {
     master_view_key(&format!("tw-{tag}-{}", std::process::id()))

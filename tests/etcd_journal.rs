@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 use tidewire::ErrorKind;
-use tidewire::metadata::etcd::EtcdClient;
-use tidewire::metadata::etcd_journal::{Fence, Journal, MAX_RECORD, MAX_VALUE, recover};
-use tidewire::metadata::etcd_journal_writer::{CompactPolicy, JournalWriter};
+use tidewire::etcd::EtcdClient;
+use tidewire::etcd::journal::{Fence, Journal, MAX_RECORD, MAX_VALUE, recover};
+use tidewire::etcd::journal_writer::{CompactPolicy, JournalWriter};
 
 fn setup(tag: &str) -> (Etcd, Arc<EtcdClient>, String, Fence) {
     let etcd = Etcd::single();

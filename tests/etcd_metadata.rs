@@ -9,8 +9,8 @@ use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tidewire::metadata::etcd::{EtcdClient, prefix_end};
-use tidewire::metadata::etcd_watch::EventKind;
+use tidewire::etcd::watch::EventKind;
+use tidewire::etcd::{EtcdClient, prefix_end};
 use tidewire::{Engine, ErrorKind, Opcode, Request};
 
 const ROLE_VAR: &str = "TW_ETCD_CHILD";
@@ -156,7 +156,7 @@ fn client_operations() {
     assert_eq!(c.lease_keepalive(lease.id).unwrap(), None);
     c.lease_revoke(lease.id).unwrap();
     let e = c.put(b"tq/x", b"y", lease.id).unwrap_err();
-    assert!(tidewire::metadata::etcd::is_lease_not_found(&e), "{e}");
+    assert!(tidewire::etcd::is_lease_not_found(&e), "{e}");
 
     // a short lease expires by itself
     let short = c.lease_grant(2).unwrap();

@@ -13,7 +13,7 @@ fn native_header_matches_the_code() {
         .with_config(config)
         .with_src(root.join("src/ffi/native/mod.rs"))
         .with_src(root.join("src/ffi/status.rs"))
-        .with_src(root.join("src/ffi/store.rs"))
+        .with_src(root.join("src/ffi/store/mod.rs"))
         .generate()
         .expect("cbindgen generates")
         .write(&mut out);

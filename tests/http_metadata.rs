@@ -135,7 +135,7 @@ fn endless_server(slow: bool) -> u16 {
 
 #[test]
 fn endless_response_bodies_fail_fast() {
-    use tidewire::metadata::http::HttpStore;
+    use tidewire::metadata::service::http::HttpStore;
     let fast = endless_server(false);
     let store = HttpStore::new(
         &format!("http://127.0.0.1:{fast}/metadata"),

@@ -13,8 +13,8 @@ use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tidewire::metadata::etcd::EtcdClient;
-use tidewire::metadata::etcd_election::{master_view_key, read_leader};
+use tidewire::etcd::EtcdClient;
+use tidewire::etcd::election::{master_view_key, read_leader};
 use tidewire::store::{StoreClient, StoreConfig, WriteConfig, code};
 
 /// Leader lease, seconds (`TW_HA_TEST_TTL` to measure with another, e.g. Mooncake's 5).

@@ -603,7 +603,7 @@ fn journaled(cfg: MasterConfig) -> (Master, std::sync::Arc<std::sync::Mutex<Vec<
 
 fn failover(log: &std::sync::Mutex<Vec<String>>) -> Master {
     let next = Master::new(MasterConfig::default());
-    let rec = tidewire::metadata::etcd_journal::Recovered {
+    let rec = tidewire::etcd::journal::Recovered {
         snapshot: None,
         records: log.lock().unwrap().clone(),
         batches: 1,

@@ -247,7 +247,7 @@ fn a_snapshot_of_many_objects_restores_every_one() {
     let m = filled(n, MasterConfig::default());
     let snap = m.snapshot_json();
     let next = Master::new(MasterConfig::default());
-    let rec = tidewire::metadata::etcd_journal::Recovered {
+    let rec = tidewire::etcd::journal::Recovered {
         snapshot: Some(snap),
         records: Vec::new(),
         batches: 1,

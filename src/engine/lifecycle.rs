@@ -10,11 +10,10 @@ use crate::log::Level;
 use crate::memory::Registry;
 use crate::metadata::rpc::MsgType;
 use crate::metadata::server::RpcServer;
-use crate::metadata::store::MetadataStore;
+use crate::metadata::service::MetadataStore;
 use crate::transport::Route;
 use crate::transport::local::MemCopy;
-use crate::transport::samehost;
-use crate::transport::tcp::client::{ClientConfig, TcpClient};
+use crate::transport::samehost::SameHostBackend;
 use crate::transport::tcp::server::TcpServer;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex, RwLock};
@@ -80,31 +79,21 @@ impl Engine {
         } else {
             cfg.local_server_name.clone()
         };
-        let client = TcpClient::new(ClientConfig {
-            lanes: cfg.tcp_lanes,
-            spread: cfg
-                .tcp_spread
-                .unwrap_or_else(crate::transport::tcp::client::spread_by_default),
-            congestion: cfg.tcp_congestion,
-            connect_timeout: cfg.connect_timeout,
-            io_timeout: cfg.io_timeout,
-            transfer_timeout: cfg.transfer_timeout,
-            auth_key: cfg.auth_key.clone(),
-            ..ClientConfig::default()
-        });
-        let token = Box::new(samehost::new_token());
-        let registry = Arc::new(Registry::with_token(*token));
+        let samehost = SameHostBackend::new(cfg.same_host, cfg.auth_key.clone());
+        let registry = Arc::new(Registry::with_token(samehost.token()));
         let notifies =
             super::notify_queue::NotifyQueue::new(cfg.notify_max_count, cfg.notify_max_bytes);
+        let rpc_host = if cfg.bind_address.is_empty()
+            || cfg.bind_address == "0.0.0.0"
+            || cfg.bind_address == "::"
+        {
+            host
+        } else {
+            cfg.bind_address.clone()
+        };
+        let backends = super::backends::list(&cfg, &name, (rpc_host.clone(), data_port), samehost);
         let inner = Arc::new(Inner {
-            rpc_host: if cfg.bind_address.is_empty()
-                || cfg.bind_address == "0.0.0.0"
-                || cfg.bind_address == "::"
-            {
-                host
-            } else {
-                cfg.bind_address.clone()
-            },
+            rpc_host,
             cfg,
             name,
             rpc_port,
@@ -116,20 +105,12 @@ impl Engine {
             open_lock: Mutex::new(()),
             batches: IdTable::default(),
             scatters: IdTable::default(),
-            client,
             notifies,
             live: RwLock::new(true),
             store,
             servers: Mutex::new(None),
-            token,
-            rdma: std::sync::OnceLock::new(),
-            rdma_note: Mutex::new(String::new()),
+            backends,
         });
-        samehost::announce(
-            *inner.token,
-            Arc::downgrade(&inner.registry),
-            inner.cfg.auth_key.clone(),
-        );
         let weak = Arc::downgrade(&inner);
         let handler = Arc::new(move |ty: MsgType, body: &[u8]| handle_rpc(&weak, ty, body));
         let io = inner.cfg.connect_timeout;
@@ -155,7 +136,7 @@ impl Engine {
         .map_err(|e| Error::new(ErrorKind::Internal, format!("starting tcp server: {e}")))?;
         *inner.servers.lock().unwrap_or_else(|e| e.into_inner()) = Some((rpc, tcp));
         let engine = Engine { inner };
-        engine.start_rdma()?;
+        engine.inner.start_backends()?;
         if let Some(store) = &engine.inner.store {
             let meta =
                 serde_json::json!({"ip_or_host_name": engine.inner.rpc_host, "rpc_port": rpc_port});
@@ -176,12 +157,8 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        samehost::withdraw(*self.inner.token);
         *self.inner.live.write().unwrap_or_else(|e| e.into_inner()) = false;
-        self.inner.client.shutdown();
-        if let Some(r) = self.inner.rdma.get() {
-            r.shutdown();
-        }
+        self.inner.shutdown_backends();
         drop(
             self.inner
                 .servers

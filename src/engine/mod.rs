@@ -1,24 +1,23 @@
 //! The engine: the [`Engine`] handle and its shared state. One job per file: `lifecycle.rs`
-//! (start, stop), `registration.rs` (registered memory), `open.rs` (segments), `routing.rs`
-//! (route choice), `samehost.rs` (same-host checks), `publish.rs` (descriptor and metadata
-//! keys), `rpc.rs` (RPC handler, notifications), `rdma.rs` (the RDMA transport's engine side),
-//! `transfer.rs` (batches), `submit.rs` (validating and dispatching requests), `scatter.rs`, `stream.rs`. See `README.md` here for the completion
+//! (start, stop), `backends/` (the list of transports and walking it), `registration.rs`
+//! (registered memory, shared buffers), `open.rs` (segments), `routing.rs` (fetching a
+//! descriptor, asking the backends for a route), `publish.rs` (descriptor and metadata keys),
+//! `rpc.rs` (RPC handler, notifications), `transfer.rs` (batches), `submit.rs` (validating and
+//! dispatching requests), `scatter.rs`, `stream.rs`. See `README.md` here for the completion
 //! protocol.
 
+mod backends;
 pub mod config;
 pub mod ids;
 mod lifecycle;
 pub mod notify_queue;
 mod open;
 mod publish;
-mod rdma;
 mod registration;
 mod routing;
 mod rpc;
-mod samehost;
 pub mod scatter;
 pub mod segments;
-mod shared_buffers;
 pub mod stream;
 mod submit;
 pub mod transfer;
@@ -32,19 +31,16 @@ pub use transfer::{AsRequest, Request};
 use crate::completion::Batch;
 use crate::memory::Registry;
 use crate::metadata::server::RpcServer;
-use crate::metadata::store::MetadataStore;
-use crate::transport::Route;
-use crate::transport::tcp::client::TcpClient;
+use crate::metadata::service::MetadataStore;
 use crate::transport::tcp::server::TcpServer;
+use crate::transport::{Backend, Route};
 use ids::IdTable;
 use publish::MetadataKeys;
 use scatter::ScatterOp;
 use segments::SegmentTable;
 use std::sync::{Arc, Mutex, RwLock};
 
-/// Protocol revision that tidewire peers publish as `tw_version`. 2: the same-host path
-/// reports finished copies ("copy done" frames); peers publishing 1 get plain TCP.
-pub const TW_PROTOCOL_VERSION: u32 = 2;
+pub use crate::transport::samehost::TW_PROTOCOL_VERSION;
 
 /// A received notification.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,18 +72,13 @@ pub(crate) struct Inner {
     open_lock: Mutex<()>,
     batches: IdTable<Batch>,
     scatters: IdTable<ScatterOp>,
-    client: TcpClient,
     notifies: notify_queue::NotifyQueue,
     /// `false` once shutdown began; submitters hold the read side while dispatching.
     live: RwLock<bool>,
     store: Option<MetadataStore>,
     servers: Mutex<Option<(RpcServer, TcpServer)>>,
-    /// Random identity for the same-host path; boxed so its address (published as
-    /// `tw_token_addr`) is stable and readable by a verifying peer.
-    token: Box<u64>,
-    /// The RDMA transport, once installed (`rdma.rs`), and why it is not when it is not.
-    rdma: std::sync::OnceLock<Arc<crate::transport::rdma::Rdma>>,
-    rdma_note: Mutex<String>,
+    /// The transports, in routing order (`backends/`).
+    backends: Vec<Box<dyn Backend>>,
 }
 
 impl Engine {

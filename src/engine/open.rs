@@ -73,9 +73,9 @@ impl Engine {
         }
     }
 
-    /// Forgets a segment id. Transfers already submitted to it finish normally. TCP peers that
-    /// no open segment uses any more, and that had no work within the transfer deadline, are
-    /// stopped (their threads and connections released).
+    /// Forgets a segment id. Transfers already submitted to it finish normally. Backends then
+    /// release what no open segment uses any more (TCP peers that had no work within the
+    /// transfer deadline are stopped, their threads and connections released).
     pub fn close_segment(&self, id: SegmentId) -> Result<()> {
         if id == LOCAL_SEGMENT {
             return Ok(());
@@ -87,7 +87,7 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
         if removed {
-            self.inner.client.evict_unused();
+            self.inner.segment_closed();
             Ok(())
         } else {
             fail(

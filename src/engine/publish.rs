@@ -1,12 +1,10 @@
 //! Descriptor publishing: this engine's segment descriptor as peers see it, the metadata keys it
 //! lives under, and keeping it current on the metadata server.
 
-use super::{Inner, TW_PROTOCOL_VERSION};
+use super::Inner;
 use crate::error::Result;
 use crate::log::Level;
-use crate::metadata::descriptor::SharedBufDesc;
 use crate::metadata::{BufferDesc, SegmentDesc};
-use crate::transport::samehost;
 
 /// Metadata-server key names, as Mooncake spells them. The cluster prefix
 /// (`MC_METADATA_CLUSTER_ID`) is read once, when the engine is created.
@@ -45,29 +43,10 @@ impl MetadataKeys {
 }
 
 impl Inner {
+    /// This engine's descriptor: its name and remote-accessible buffers, then each backend's
+    /// keys (`backends/`).
     pub(super) fn local_desc(&self) -> SegmentDesc {
-        let mut d = self.tcp_desc();
-        self.add_rdma_desc(&mut d);
-        d
-    }
-
-    fn tcp_desc(&self) -> SegmentDesc {
-        let (shm_ctl, shm) = match self.registry.shared().published() {
-            Some((ctl, list)) => (
-                ctl,
-                list.into_iter()
-                    .map(|b| SharedBufDesc {
-                        addr: b.addr,
-                        len: b.len,
-                        fd: b.fd,
-                        slot: b.slot,
-                        generation: b.gen_,
-                    })
-                    .collect(),
-            ),
-            None => (0, Vec::new()),
-        };
-        SegmentDesc {
+        let mut d = SegmentDesc {
             buffers: self
                 .registry
                 .snapshot()
@@ -85,18 +64,20 @@ impl Inner {
             priority_matrix: None,
             protocol: "tcp".to_string(),
             rdma_server_name: String::new(),
-            tcp_data_host: self.rpc_host.clone(),
-            tcp_data_port: self.data_port,
-            tcp_proto_version: self.cfg.tcp_proto,
+            tcp_data_host: String::new(),
+            tcp_data_port: 0,
+            tcp_proto_version: 0,
             timestamp: crate::metadata::descriptor::timestamp_now(),
-            tw_host_id: samehost::host_id().to_string(),
-            tw_pid: std::process::id(),
-            tw_token: *self.token,
-            tw_token_addr: &*self.token as *const u64 as u64,
-            tw_version: TW_PROTOCOL_VERSION,
-            tw_shm_ctl: shm_ctl,
-            tw_shm: shm,
-        }
+            tw_host_id: String::new(),
+            tw_pid: 0,
+            tw_token: 0,
+            tw_token_addr: 0,
+            tw_version: 0,
+            tw_shm_ctl: 0,
+            tw_shm: Vec::new(),
+        };
+        self.publish_backends(&mut d);
+        d
     }
 
     pub(super) fn publish(&self) -> Result<()> {

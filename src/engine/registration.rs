@@ -1,8 +1,8 @@
-//! Registered memory: registering and unregistering ranges (kept in step with RDMA and the
-//! published descriptor) and looking up where a range lives.
+//! Registered memory: registering and unregistering ranges (kept in step with every backend and
+//! the published descriptor), shared buffers, and looking up where a range lives.
 
 use super::Engine;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result, fail};
 
 impl Engine {
     /// Registers `[addr, addr+len)`. `location` is kept and published (`"cpu:N"`, `"cuda:N"`,
@@ -20,7 +20,7 @@ impl Engine {
             .register(addr, len, location, remote_accessible)?;
         if fresh {
             self.inner
-                .rdma_register(&[(addr, len)], remote_accessible)?;
+                .register_backends(&[(addr, len)], remote_accessible)?;
         }
         self.inner.publish_logged();
         Ok(())
@@ -37,7 +37,7 @@ impl Engine {
         self.register_ranges(ranges, location, false)
     }
 
-    /// All or none: ranges registered here are rolled back when the RDMA registration of the
+    /// All or none: ranges registered here are rolled back when a backend registration of the
     /// new ones fails; one descriptor publish for the lot.
     fn register_ranges(
         &self,
@@ -55,7 +55,7 @@ impl Engine {
             .filter(|(_, f)| **f)
             .map(|(r, _)| *r)
             .collect();
-        if let Err(e) = self.inner.rdma_register(&new, remote_accessible) {
+        if let Err(e) = self.inner.register_backends(&new, remote_accessible) {
             for &(a, _) in &new {
                 let _ = self.inner.registry.unregister(a);
             }
@@ -68,7 +68,7 @@ impl Engine {
     /// Drops one registration of the region starting at `addr`.
     pub fn unregister_memory(&self, addr: u64) -> Result<()> {
         if self.inner.registry.unregister(addr)? {
-            self.inner.rdma_unregister(addr);
+            self.inner.unregister_backends(addr);
         }
         self.inner.publish_logged();
         Ok(())
@@ -101,7 +101,7 @@ impl Engine {
         let mut first = None;
         for &a in addrs {
             match self.inner.registry.unregister(a) {
-                Ok(true) => self.inner.rdma_unregister(a),
+                Ok(true) => self.inner.unregister_backends(a),
                 Ok(false) => {}
                 Err(e) => {
                     first.get_or_insert(e);
@@ -110,5 +110,47 @@ impl Engine {
         }
         self.inner.publish_logged();
         first.map_or(Ok(()), Err)
+    }
+
+    /// Allocates `len` zeroed bytes of shared memory (`allocate_managed_buffer`: a memfd that
+    /// verified same-host peers map and `memcpy` into, see `transport::shared_buffers`),
+    /// registered remote-accessible with location `"cpu:0"` and published; returns the address.
+    /// Free with [`free_shared`](Self::free_shared).
+    pub fn alloc_shared(&self, len: u64) -> Result<u64> {
+        let shared = self.inner.registry.shared();
+        let addr = shared.alloc(len)?;
+        let registered = self
+            .inner
+            .registry
+            .register(addr, len, "cpu:0", true)
+            .and_then(|_| self.inner.register_backends(&[(addr, len)], true));
+        if let Err(e) = registered {
+            let _ = self.inner.registry.unregister(addr);
+            let _ = shared.free(addr);
+            return Err(e);
+        }
+        shared.open(addr);
+        self.inner.publish_logged();
+        Ok(addr)
+    }
+
+    /// Unregisters (every registration of) the shared buffer at `addr` and releases it: when this
+    /// returns no peer byte lands in it any more, and the memory is unmapped. `InvalidArgument`
+    /// for an address that is not a live shared buffer of this engine (double free included).
+    pub fn free_shared(&self, addr: u64) -> Result<()> {
+        let shared = self.inner.registry.shared();
+        if !shared.contains(addr) {
+            return fail(
+                ErrorKind::InvalidArgument,
+                format!("{addr:#x} is not a shared buffer of this engine"),
+            );
+        }
+        // Already unregistered by the caller is fine: the buffer is released all the same.
+        if self.inner.registry.unregister_all(addr).is_ok() {
+            self.inner.unregister_backends(addr);
+        }
+        shared.free(addr)?;
+        self.inner.publish_logged();
+        Ok(())
     }
 }

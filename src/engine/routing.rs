@@ -1,17 +1,14 @@
 //! Route choice: fetching a segment's descriptor (from the peer or the metadata server) and
-//! deciding which transport reaches it: RDMA when both sides can, memcpy for this process,
-//! TCP (switching to the verified same-host path) otherwise, or none for a protocol this engine
-//! cannot speak.
+//! asking the backends (`backends/`, in order) which one reaches it: RDMA when both sides can,
+//! memcpy for this process, TCP (switching to the verified same-host path, with shared buffers
+//! mapped over it) otherwise, or none for a protocol this engine cannot speak.
 
 use super::Inner;
 use super::segments::{LOCAL_SEGMENT, Segment, SegmentId};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::metadata::SegmentDesc;
 use crate::metadata::rpc::{self, MsgType};
-use crate::transport::Route;
-use crate::transport::local::MemCopy;
-use crate::transport::shm::SharedRoute;
-use crate::transport::tcp::client::PeerAddr;
+use crate::transport::{PeerSegment, Route};
 use std::sync::{Arc, RwLock};
 
 impl Inner {
@@ -77,68 +74,17 @@ impl Inner {
                 SegmentDesc::decode(&body)?
             }
         };
-        let rdma_route = if desc.name == self.name {
-            None
-        } else {
-            self.rdma_route(name, &(host.clone(), port), &desc)
-        };
-        let route = if let Some(r) = rdma_route {
-            Some(r)
-        } else if desc.name == self.name {
+        // A name that turns out to be this engine's own segment is the memcpy route; every
+        // other segment goes to the first backend that takes it.
+        let route = if desc.name == self.name {
             Some(self.own_route.clone())
-        } else if desc.protocol != "tcp" && (desc.protocol != "rdma" || desc.tcp_data_port == 0) {
-            None
         } else {
-            let data_host = if desc.tcp_data_host.is_empty() {
-                host.clone()
-            } else {
-                desc.tcp_data_host.clone()
-            };
-            let v2 = desc.tcp_proto_version >= 2 && self.cfg.tcp_proto >= 2;
-            if let Some(owner) = self.in_process_peer(&desc) {
-                Some(Route::Memory(Arc::new(MemCopy::in_process(
-                    self.registry.clone(),
-                    owner,
-                ))))
-            } else {
-                let addr = PeerAddr {
-                    host: data_host,
-                    port: desc.tcp_data_port,
-                    v2,
-                    vm_pid: if v2 { self.same_host_pid(&desc) } else { 0 },
-                };
-                if addr.port == 0 {
-                    return fail(
-                        ErrorKind::Metadata,
-                        format!("segment {name:?} publishes no tcp_data_port"),
-                    );
-                }
-                let vm_pid = addr.vm_pid;
-                let tcp = Route::Tcp(self.client.peer(&addr).map_err(|e| {
-                    Error::new(ErrorKind::Internal, format!("starting lanes: {e}"))
-                })?);
-                // A verified same-host peer's shared buffers are copied through a mapping, once
-                // the kernel confirmed that the pid serves the published data port (else an
-                // impostor could point us at another process's buffers).
-                let verified = vm_pid != 0
-                    && !desc.tw_shm.is_empty()
-                    && self.serves_data_port(vm_pid, &addr.host, addr.port);
-                let shared = if verified {
-                    SharedRoute::attach(
-                        vm_pid,
-                        desc.tw_token,
-                        desc.tw_shm_ctl,
-                        &desc.tw_shm,
-                        tcp.clone(),
-                    )
-                } else {
-                    None
-                };
-                Some(match shared {
-                    Some(s) => Route::Shared(Arc::new(s)),
-                    None => tcp,
-                })
-            }
+            let rpc = (host.clone(), port);
+            self.connect(&PeerSegment {
+                name,
+                rpc: &rpc,
+                desc: &desc,
+            })?
         };
         Ok(Segment {
             name: name.to_string(),

@@ -98,14 +98,11 @@ pub(super) fn handle_rpc(weak: &Weak<Inner>, ty: MsgType, body: &[u8]) -> Option
                 }
             }
         }
-        MsgType::Connection if inner.rdma.get().is_some() => {
-            inner.rdma.get().map(|r| r.on_handshake(body)).unwrap_or_default()
-        }
-        MsgType::Connection => serde_json::json!({
+        MsgType::Connection => inner.handshake(body).unwrap_or_else(|| serde_json::json!({
             "local_gid": "", "local_lid": 0, "local_nic_path": "", "peer_nic_path": "", "qp_num": [],
             "reply_msg": "tidewire: this engine has no RDMA transport"
         })
-        .to_string(),
+        .to_string()),
     };
     Some(reply.into_bytes())
 }

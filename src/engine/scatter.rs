@@ -221,7 +221,7 @@ impl Engine {
         let batch = Arc::new(Batch::new(reqs.len() + split_room));
         if !reqs.is_empty() {
             if let Err(e) = self.inner.submit_to(&batch, &reqs) {
-                crate::tw_log!(crate::log::Level::Warn, "scatter submit: {e}");
+                tw_log!(crate::log::Level::Warn, "scatter submit: {e}");
                 let groups = std::mem::take(&mut st.groups);
                 for g in &groups {
                     (g.first..g.first + g.count).for_each(|f| st.set(f as usize, Err(e.kind())));

@@ -30,7 +30,7 @@ impl StreamOp {
                 return;
             }
             if let (Err(e), false) = (&r, self.kept) {
-                crate::tw_log!(
+                tw_log!(
                     crate::log::Level::Error,
                     "stream-ordered transfer failed: {e}"
                 );

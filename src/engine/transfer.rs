@@ -182,7 +182,7 @@ impl Engine {
         }
         if let Some(n) = batch.take_notify() {
             if let Err(e) = self.inner.send_notify(n.segment, &n.name, &n.msg) {
-                crate::tw_log!(
+                tw_log!(
                     crate::log::Level::Warn,
                     "sending notification {:?}: {e}",
                     n.name

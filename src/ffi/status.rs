@@ -92,7 +92,7 @@ pub(crate) fn record_panic(payload: &(dyn std::any::Any + Send)) {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into());
-    crate::tw_log!(
+    tw_log!(
         crate::log::Level::Error,
         "panic caught at the C API boundary: {what}"
     );

@@ -92,7 +92,7 @@ pub fn placement(addr: u64, location: &str) -> (String, Option<u32>) {
     if loc.starts_with("cuda") {
         let dev = probe(addr);
         if dev.is_none() {
-            crate::tw_log!(
+            tw_log!(
                 crate::log::Level::Info,
                 "{addr:#x} registered as {loc} is not CUDA device memory here; treated as host"
             );

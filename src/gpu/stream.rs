@@ -149,7 +149,7 @@ fn worker() -> Result<&'static Sender<Job>> {
                 .spawn(move || {
                     while let Ok(job) = rx.recv() {
                         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
-                            crate::tw_log!(crate::log::Level::Error, "stream job panicked");
+                            tw_log!(crate::log::Level::Error, "stream job panicked");
                         }
                     }
                 })
@@ -230,7 +230,7 @@ pub fn enqueue(stream: usize, gate: &Arc<Gate>, job: Job) -> Result<Hold> {
         if r == sys::CUDA_SUCCESS {
             return Ok(Hold::WaitValue);
         }
-        crate::tw_log!(
+        tw_log!(
             crate::log::Level::Info,
             "cuStreamWaitValue32 refused ({}); ordering with a blocking host function",
             d.describe(r)

@@ -193,7 +193,7 @@ fn load() -> std::result::Result<Driver, String> {
         return Err(format!("{path}: no CUDA device"));
     }
     d.devices = n;
-    crate::tw_log!(
+    tw_log!(
         crate::log::Level::Info,
         "CUDA driver loaded from {path}: {n} device(s)"
     );

@@ -10,7 +10,7 @@
 
 pub mod pins;
 pub(crate) mod raw;
-pub mod shared;
+pub mod shared_buffers;
 
 use crate::error::{ErrorKind, Result, fail};
 use std::collections::BTreeMap;
@@ -71,7 +71,7 @@ pub struct Registry {
     regions: RwLock<BTreeMap<u64, Region>>,
     generation: AtomicU64,
     pins: pins::Pins,
-    shared: shared::SharedBuffers,
+    shared: shared_buffers::SharedBuffers,
 }
 
 fn range_end(base: u64, len: u64) -> Result<u64> {
@@ -98,13 +98,13 @@ impl Registry {
     /// An empty registry whose shared buffers carry the engine's same-host `token` in their names.
     pub fn with_token(token: u64) -> Registry {
         Registry {
-            shared: shared::SharedBuffers::new(token),
+            shared: shared_buffers::SharedBuffers::new(token),
             ..Registry::default()
         }
     }
 
     /// Shared (memfd-backed) buffers of this engine; `unregister` closes them to peers.
-    pub fn shared(&self) -> &shared::SharedBuffers {
+    pub fn shared(&self) -> &shared_buffers::SharedBuffers {
         &self.shared
     }
 

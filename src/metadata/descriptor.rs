@@ -88,7 +88,7 @@ pub struct SegmentDesc {
     pub tw_shm: Vec<SharedBufDesc>,
 }
 
-/// tidewire extension: one shared buffer (see `memory::shared`).
+/// tidewire extension: one shared buffer (see `memory::shared_buffers`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SharedBufDesc {
     /// Address in the owner.
@@ -142,6 +142,12 @@ fn protocol_string<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Strin
 }
 
 impl SegmentDesc {
+    /// Whether a peer can reach this segment over TCP: it speaks `"tcp"`, or `"rdma"` with a
+    /// TCP data port beside it (a tidewire peer).
+    pub fn tcp_reachable(&self) -> bool {
+        self.protocol == "tcp" || (self.protocol == "rdma" && self.tcp_data_port != 0)
+    }
+
     /// Decodes and validates a descriptor as Mooncake does (empty name, zero address or zero
     /// length in any buffer rejects the whole descriptor).
     pub fn decode(bytes: &[u8]) -> Result<SegmentDesc> {

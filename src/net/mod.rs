@@ -27,6 +27,7 @@
 //! Only the reactor thread closes a connection's socket (a worker hands it back to be closed),
 //! so the descriptor a server shuts down to wake a busy worker is never a reused one.
 
+mod core;
 mod pool;
 mod reactor;
 mod sys;
@@ -37,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use pool::Worker;
-pub use reactor::{Listening, core_threads};
+pub use core::{Listening, core_threads};
 
 /// How long a worker waits for a connection's next request before it hands the connection back
 /// to the reactor (when no other connection is waiting for a worker). Long enough for a peer's
@@ -125,7 +126,7 @@ pub fn serve(
     service: Arc<dyn Service>,
     limits: Limits,
 ) -> std::io::Result<Listening> {
-    reactor::listen(listener, service, limits)
+    core::listen(listener, service, limits)
 }
 
 /// Frames up to this many bytes are read whole by the reactor before a worker takes them.

@@ -8,18 +8,17 @@ use crate::log::Level;
 use crossbeam_channel::{Receiver, Sender};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Arc, Mutex, Weak};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The epoll token of the wake-up eventfd.
-const WAKE: u64 = u64::MAX;
+pub(super) const WAKE: u64 = u64::MAX;
 /// Listener tokens carry this bit; connection tokens are `generation << 32 | index`.
 const LISTENER: u64 = 1 << 62;
 /// Most connections taken from one listener per reactor turn (fairness between listeners).
 const ACCEPT_BURST: usize = 64;
 /// The accept queue asked for on every listening socket.
-const ACCEPT_BACKLOG: i32 = 4096;
+pub(super) const ACCEPT_BACKLOG: i32 = 4096;
 /// The pause after `accept` failed for want of descriptors or memory.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Sweeps of expired deadlines run at most this often.
@@ -29,7 +28,7 @@ const EVICT_QUIET: Duration = Duration::from_millis(100);
 /// The longest the reactor sleeps without looking at the clock.
 const MAX_SLEEP: Duration = Duration::from_millis(500);
 
-enum Cmd {
+pub(super) enum Cmd {
     Add(Box<ListenerState>, Sender<u32>),
     Remove(u32, Sender<()>, bool),
     Stop,
@@ -44,7 +43,7 @@ struct Done {
     next: Next,
 }
 
-struct ListenerState {
+pub(super) struct ListenerState {
     socket: TcpListener,
     service: Arc<dyn Service>,
     limits: Limits,
@@ -54,6 +53,21 @@ struct ListenerState {
     removing: Option<Sender<()>>,
     paused_until: Option<Instant>,
     last_warn: Option<Instant>,
+}
+
+impl ListenerState {
+    pub(super) fn new(socket: TcpListener, service: Arc<dyn Service>, limits: Limits) -> Self {
+        ListenerState {
+            socket,
+            service,
+            limits,
+            open: 0,
+            busy: 0,
+            removing: None,
+            paused_until: None,
+            last_warn: None,
+        }
+    }
 }
 
 enum State {
@@ -79,125 +93,7 @@ struct Slot {
     conn: Option<Conn>,
 }
 
-/// This process's core: the reactor thread and the pool, shared by every server.
-struct Core {
-    wake: Arc<Wake>,
-    cmds: Sender<Cmd>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    pool: Arc<Pool>,
-}
-
-static CORE: Mutex<Weak<Core>> = Mutex::new(Weak::new());
-
-fn core() -> std::io::Result<Arc<Core>> {
-    let mut slot = CORE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(c) = slot.upgrade() {
-        return Ok(c);
-    }
-    let epoll = Epoll::new()?;
-    let wake = Arc::new(Wake::new()?);
-    epoll.add(wake.fd(), LEVEL_IN, WAKE)?;
-    let (cmds, cmd_rx) = crossbeam_channel::unbounded();
-    let (done_tx, done_rx) = crossbeam_channel::unbounded();
-    let pool = Pool::new();
-    let mut reactor = Reactor {
-        epoll,
-        wake: wake.clone(),
-        cmds: cmd_rx,
-        done_tx,
-        done_rx,
-        pool: pool.clone(),
-        listeners: Vec::new(),
-        slots: Vec::new(),
-        free: Vec::new(),
-        buf: vec![0u8; 64 << 10],
-        next_deadline: None,
-        last_sweep: Instant::now(),
-    };
-    let thread = std::thread::Builder::new()
-        .name("tw-net-reactor".into())
-        .spawn(move || crate::guard::guarded("net reactor", || reactor.run()))?;
-    let c = Arc::new(Core {
-        wake,
-        cmds,
-        thread: Mutex::new(Some(thread)),
-        pool,
-    });
-    *slot = Arc::downgrade(&c);
-    Ok(c)
-}
-
-impl Drop for Core {
-    fn drop(&mut self) {
-        let _ = self.cmds.send(Cmd::Stop);
-        self.wake.wake();
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = t.join();
-        }
-        self.pool.stop();
-    }
-}
-
-/// Threads the connection core runs now in this process (the reactor and the workers); 0 when
-/// no server is running.
-pub fn core_threads() -> usize {
-    let c = CORE.lock().unwrap_or_else(|e| e.into_inner()).upgrade();
-    c.map_or(0, |c| 1 + c.pool.threads())
-}
-
-/// A listening socket served by the core; dropping it stops the listener (see [`super::serve`]).
-pub struct Listening {
-    core: Arc<Core>,
-    id: u32,
-}
-
-impl Drop for Listening {
-    fn drop(&mut self) {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        // A worker dropping a server must not wait for its own connection to come back.
-        let wait = !super::pool::on_worker();
-        if self.core.cmds.send(Cmd::Remove(self.id, tx, wait)).is_ok() {
-            self.core.wake.wake();
-            let _ = rx.recv();
-        }
-    }
-}
-
-pub(super) fn listen(
-    socket: TcpListener,
-    service: Arc<dyn Service>,
-    limits: Limits,
-) -> std::io::Result<Listening> {
-    socket.set_nonblocking(true)?;
-    sys::raise_backlog(socket.as_raw_fd(), ACCEPT_BACKLOG);
-    let core = core()?;
-    let state = Box::new(ListenerState {
-        socket,
-        service,
-        limits,
-        open: 0,
-        busy: 0,
-        removing: None,
-        paused_until: None,
-        last_warn: None,
-    });
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    core.cmds
-        .send(Cmd::Add(state, tx))
-        .map_err(|_| std::io::Error::other("net: the reactor has stopped"))?;
-    core.wake.wake();
-    let id = rx
-        .recv()
-        .map_err(|_| std::io::Error::other("net: the reactor has stopped"))?;
-    if id == u32::MAX {
-        return Err(std::io::Error::other(
-            "net: cannot watch the listening socket",
-        ));
-    }
-    Ok(Listening { core, id })
-}
-
-struct Reactor {
+pub(super) struct Reactor {
     epoll: Epoll,
     wake: Arc<Wake>,
     cmds: Receiver<Cmd>,
@@ -215,7 +111,30 @@ struct Reactor {
 }
 
 impl Reactor {
-    fn run(&mut self) {
+    pub(super) fn new(
+        epoll: Epoll,
+        wake: Arc<Wake>,
+        cmds: Receiver<Cmd>,
+        pool: Arc<Pool>,
+    ) -> Reactor {
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        Reactor {
+            epoll,
+            wake,
+            cmds,
+            done_tx,
+            done_rx,
+            pool,
+            listeners: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            buf: vec![0u8; 64 << 10],
+            next_deadline: None,
+            last_sweep: Instant::now(),
+        }
+    }
+
+    pub(super) fn run(&mut self) {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
         loop {
             let now = Instant::now();

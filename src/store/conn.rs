@@ -26,7 +26,7 @@ const POOL_IDLE: Duration = Duration::from_secs(60);
 enum Target {
     Fixed,
     Elected {
-        etcd: crate::metadata::etcd::EtcdClient,
+        etcd: crate::etcd::EtcdClient,
         key: String,
     },
 }
@@ -80,9 +80,8 @@ impl MasterConn {
         };
         let (target, addr) = match address.trim().strip_prefix("etcd://") {
             Some(list) => {
-                let etcd =
-                    crate::metadata::etcd::EtcdClient::new(list, connect_timeout).map_err(bad)?;
-                let key = crate::metadata::etcd_election::master_view_key_from_env();
+                let etcd = crate::etcd::EtcdClient::new(list, connect_timeout).map_err(bad)?;
+                let key = crate::etcd::election::master_view_key_from_env();
                 (Target::Elected { etcd, key }, (String::new(), 0))
             }
             None => (
@@ -111,7 +110,7 @@ impl MasterConn {
         let Target::Elected { etcd, key } = &self.target else {
             return Ok(());
         };
-        let leader = crate::metadata::etcd_election::read_leader(etcd, key)
+        let leader = crate::etcd::election::read_leader(etcd, key)
             .map_err(|e| StoreError::new(code::RPC_FAIL, format!("finding the master: {e}")))?
             .ok_or_else(|| {
                 StoreError::new(

@@ -53,7 +53,7 @@ impl Transport for MemCopy {
                 }
             };
             s.done.finish(res.map_err(|e| {
-                crate::tw_log!(crate::log::Level::Warn, "same-host transfer: {e}");
+                tw_log!(crate::log::Level::Warn, "same-host transfer: {e}");
                 e.kind()
             }));
         }

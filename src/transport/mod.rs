@@ -1,17 +1,25 @@
 //! Transports move slices. A slice is one contiguous range on both sides; finishing it updates
 //! its task through [`SliceDone`](crate::completion::SliceDone).
+//!
+//! Each transport is a [`Backend`] in a folder of its own (`rdma/`, `samehost/`, `tcp/`,
+//! `shared_buffers/`): it publishes its keys, keeps registrations, and routes a peer to a
+//! [`Route`], the one enum the engine dispatches slices through. `local.rs` is the memcpy used
+//! for the engine's own segment and for peer engines of this process. `chan.rs` (the lanes'
+//! channel) and `slots.rs` (a connection-count semaphore) serve the transports.
 
+mod backend;
 pub mod chan;
 pub mod local;
 pub mod rdma;
 mod route;
 pub mod samehost;
-pub mod shm;
+pub mod shared_buffers;
 pub mod slots;
 pub mod tcp;
 
 use crate::completion::SliceDone;
 
+pub use backend::{Backend, PeerSegment};
 pub use route::Route;
 
 /// What every transport does: take slices and fire each one's [`SliceDone`] exactly once

@@ -168,25 +168,25 @@ impl Etcd {
 
     /// Index of the member that leads the cluster now (asked through member `via`'s gateway).
     pub fn leader(&self, via: usize) -> usize {
-        let c = tidewire::metadata::etcd::EtcdClient::new(
+        let c = tidewire::etcd::EtcdClient::new(
             &format!("127.0.0.1:{}", self.members[via].client_port),
             Duration::from_secs(2),
         )
         .unwrap();
-        let status = |c: &tidewire::metadata::etcd::EtcdClient| {
+        let status = |c: &tidewire::etcd::EtcdClient| {
             c.call("/v3/maintenance/status", &serde_json::json!({}))
                 .unwrap()
         };
-        let leader = tidewire::metadata::etcd::int(&status(&c)["leader"]);
+        let leader = tidewire::etcd::int(&status(&c)["leader"]);
         (0..self.members.len())
             .filter(|&i| self.members[i].child.is_some())
             .find(|&i| {
-                let ci = tidewire::metadata::etcd::EtcdClient::new(
+                let ci = tidewire::etcd::EtcdClient::new(
                     &format!("127.0.0.1:{}", self.members[i].client_port),
                     Duration::from_secs(2),
                 )
                 .unwrap();
-                tidewire::metadata::etcd::int(&status(&ci)["header"]["member_id"]) == leader
+                tidewire::etcd::int(&status(&ci)["header"]["member_id"]) == leader
             })
             .expect("a member leads")
     }

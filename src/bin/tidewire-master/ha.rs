@@ -7,10 +7,10 @@
 use crate::flags::HaFlags;
 use std::sync::Arc;
 use std::time::Duration;
-use tidewire::metadata::etcd::EtcdClient;
-use tidewire::metadata::etcd_election::{Election, ElectionConfig, Role, master_view_key_from_env};
-use tidewire::metadata::etcd_journal::{Fence, Journal};
-use tidewire::metadata::etcd_journal_writer::{CompactPolicy, JournalWriter};
+use tidewire::etcd::EtcdClient;
+use tidewire::etcd::election::{Election, ElectionConfig, Role, master_view_key_from_env};
+use tidewire::etcd::journal::{Fence, Journal};
+use tidewire::etcd::journal_writer::{CompactPolicy, JournalWriter};
 use tidewire::store::conn::STANDBY_MARK;
 use tidewire::store::master::Master;
 use tidewire::store::master::admin::{HaStatus, RuntimeState};

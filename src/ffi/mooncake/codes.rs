@@ -51,9 +51,9 @@ crate::error::error_kinds!(mooncake_codes);
 pub(super) fn record(func: &str, e: &Error) -> ErrorKind {
     // Busy is the normal answer while polling a batch to completion: not worth a warning.
     if e.kind() == ErrorKind::Busy {
-        crate::tw_log!(Level::Debug, "{func}: {e}");
+        tw_log!(Level::Debug, "{func}: {e}");
     } else {
-        crate::tw_log!(Level::Warn, "{func}: {e}");
+        tw_log!(Level::Warn, "{func}: {e}");
     }
     set_last_error(format!("{func}: {e}"));
     e.kind()

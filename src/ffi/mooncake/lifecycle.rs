@@ -111,7 +111,7 @@ fn install(h: &MooncakeEngine, proto: &str, args: *mut *mut c_void) -> Result<*m
             }
             // Release pairs with the Acquire loads in `tcp_installed`.
             if h.tcp.swap(true, Ordering::AcqRel) {
-                crate::tw_log!(Level::Warn, "installTransport: tcp is already installed");
+                tw_log!(Level::Warn, "installTransport: tcp is already installed");
             }
             Ok(std::ptr::from_ref(&h.tcp).cast_mut().cast())
         }

@@ -49,7 +49,7 @@ pub extern "C" fn getNicLoadStats(
 pub extern "C" fn enableGracefulShutdown(engine: *mut c_void) {
     ffi_boundary!((), {
         let _ = engine;
-        crate::tw_log!(
+        tw_log!(
             Level::Info,
             "enableGracefulShutdown: no signal handlers installed; call destroyTransferEngine on shutdown"
         );

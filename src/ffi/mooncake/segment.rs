@@ -95,7 +95,7 @@ pub extern "C" fn removeLocalSegment(engine: *mut c_void, segment_name: *const c
             if let Some(id) = id {
                 // Already gone from the engine's table is fine: the goal is "not cached".
                 if let Err(e) = h.engine.close_segment(id) {
-                    crate::tw_log!(Level::Debug, "removeLocalSegment({name}): {e}");
+                    tw_log!(Level::Debug, "removeLocalSegment({name}): {e}");
                 }
             }
             Ok(())

@@ -10,9 +10,9 @@
 
 use super::Master;
 use super::segments::Replica;
+use crate::etcd::journal::Recovered;
+use crate::etcd::journal_writer::JournalWriter;
 use crate::log::Level;
-use crate::metadata::etcd_journal::Recovered;
-use crate::metadata::etcd_journal_writer::JournalWriter;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -11,7 +11,7 @@ pub mod objects;
 pub mod segments;
 pub mod server;
 
-use crate::metadata::etcd_journal_writer::JournalWriter;
+use crate::etcd::journal_writer::JournalWriter;
 use crate::store::proto::{KeyVersion, REMOVE_STRETCH_MS, Reply, Request, StartResult, code};
 use metrics::Metrics;
 use objects::Objects;

@@ -4,6 +4,7 @@
 //! RPC socket with Mooncake's handshake messages; one-sided READ/WRITE; a completion thread per
 //! device; failed slices retried on another device pair.
 
+mod backend;
 pub mod device;
 pub mod endpoint;
 pub mod post;
@@ -24,6 +25,7 @@ use std::time::Duration;
 use sys::*;
 use verbs::Verbs;
 
+pub use backend::{RdmaBackend, RdmaMode};
 pub use post::RdmaPeer;
 
 /// Queue pairs toward one peer device, queueing this transport's work requests.

@@ -128,4 +128,13 @@ mod tests {
         assert_eq!(done.encode()[16], 0xE0);
         assert_eq!(Header::decode(&done.encode()), done);
     }
+
+    #[test]
+    fn auth_hello_reads_as_an_absurd_request() {
+        use crate::auth::{NONCE_LEN, Purpose, encode_hello};
+        let h = encode_hello(Purpose::Data, &[0xff; NONCE_LEN]);
+        // Read by a server without a key: an absurd v1 READ, refused and the connection closed.
+        let as_data = Header::decode(h[..24].try_into().expect("24 bytes"));
+        assert!(as_data.size > 1 << 63 && !as_data.write && !as_data.v2 && !as_data.vm);
+    }
 }

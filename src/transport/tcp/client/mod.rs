@@ -391,6 +391,11 @@ impl Peer {
         Ok(peer)
     }
 
+    /// Where this peer's data server is, and the pid vouched for on the same host.
+    pub fn addr(&self) -> &PeerAddr {
+        &self.shared.addr
+    }
+
     /// `"same-host"` while the validated `process_vm_*` path is in use, else `"tcp"`.
     pub fn path_name(&self) -> &'static str {
         if self.shared.vm_on.load(Ordering::Relaxed) {

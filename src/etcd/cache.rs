@@ -3,8 +3,8 @@
 //! every later change reaches the cache. Each change also marks the key *stale* until its next
 //! read, which tells the engine to re-read a descriptor it holds instead of using an old one.
 
-use super::etcd::{EtcdClient, prefix_end};
-use super::etcd_watch::EventKind;
+use super::watch::EventKind;
+use super::{EtcdClient, prefix_end};
 use crate::log::Level;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

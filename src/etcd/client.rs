@@ -7,34 +7,17 @@
 //! [`EtcdClient::put_if_absent`] whose first try landed reports `succeeded == false` with the
 //! caller's own value as the existing one, which the caller can recognise.
 
-use super::etcd_watch::WatchStream;
-use super::web;
+use super::kv::bytes;
+pub use super::kv::{KeyValue, b64, int, key_value, prefix_end};
+use super::watch::WatchStream;
 use crate::error::{Error, ErrorKind, Result};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
+use crate::http_client as web;
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Default etcd client port, used when an endpoint names none.
 pub const DEFAULT_PORT: u16 = 2379;
-
-/// One key-value pair as etcd stores it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct KeyValue {
-    /// The key.
-    pub key: Vec<u8>,
-    /// The value.
-    pub value: Vec<u8>,
-    /// Revision of the key's creation.
-    pub create_revision: i64,
-    /// Revision of its last change.
-    pub mod_revision: i64,
-    /// Changes since creation (1 = fresh).
-    pub version: i64,
-    /// Lease the key hangs on (0 = none).
-    pub lease: i64,
-}
 
 /// A range answer: the pairs and the store revision it was read at.
 #[derive(Debug, Clone, Default)]
@@ -104,8 +87,11 @@ pub fn parse_endpoints(spec: &str) -> Result<Vec<String>> {
                 format!("etcd endpoint {raw:?} is not host:port or http://host:port"),
             ));
         }
-        let (host, port) = super::parse_host_port(hp, DEFAULT_PORT)?;
-        out.push(format!("http://{}", super::join_host_port(&host, port)));
+        let (host, port) = crate::addr::parse_host_port(hp, DEFAULT_PORT)?;
+        out.push(format!(
+            "http://{}",
+            crate::addr::join_host_port(&host, port)
+        ));
     }
     if out.is_empty() {
         return Err(Error::new(
@@ -114,54 +100,6 @@ pub fn parse_endpoints(spec: &str) -> Result<Vec<String>> {
         ));
     }
     Ok(out)
-}
-
-/// Encodes bytes as the gateway wants them.
-pub fn b64(bytes: &[u8]) -> String {
-    B64.encode(bytes)
-}
-
-/// The `range_end` that makes a range cover every key starting with `prefix` (etcd's rule:
-/// the prefix with its last byte below 0xff incremented; `"\0"` for everything).
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
-/// Reads an int64 the gateway sent as a string (or a number); absent means 0.
-pub fn int(v: &Value) -> i64 {
-    match v {
-        Value::String(s) => s.parse().unwrap_or(0),
-        Value::Number(n) => n.as_i64().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-fn bytes(v: &Value) -> Result<Vec<u8>> {
-    match v.as_str() {
-        None => Ok(Vec::new()),
-        Some(s) => B64
-            .decode(s)
-            .map_err(|e| Error::new(ErrorKind::Protocol, format!("etcd sent bad base64: {e}"))),
-    }
-}
-
-/// Decodes one `kv` object of a gateway answer.
-pub fn key_value(v: &Value) -> Result<KeyValue> {
-    Ok(KeyValue {
-        key: bytes(&v["key"])?,
-        value: bytes(&v["value"])?,
-        create_revision: int(&v["create_revision"]),
-        mod_revision: int(&v["mod_revision"]),
-        version: int(&v["version"]),
-        lease: int(&v["lease"]),
-    })
 }
 
 /// True when etcd answered that the lease does not exist (expired, revoked, or a new cluster).

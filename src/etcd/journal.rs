@@ -16,7 +16,7 @@
 //! snapshot makes the log it covers and the previous snapshot garbage; [`Journal::compact`]
 //! deletes them, so what the journal holds stays near one snapshot plus the batches since.
 
-use super::etcd::{EtcdClient, b64, int, prefix_end};
+use super::{EtcdClient, b64, int, prefix_end};
 use crate::error::{Error, ErrorKind, Result};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -50,7 +50,7 @@ pub struct Recovered {
     pub batches: u64,
 }
 
-/// A journal writer (the leader's). One writer at a time; see `etcd_journal_writer` for a
+/// A journal writer (the leader's). One writer at a time; see `journal_writer` for a
 /// thread-safe front with group commit.
 pub struct Journal {
     client: Arc<EtcdClient>,
@@ -313,7 +313,7 @@ impl Journal {
         if int(&leader["create_revision"]) != self.fence.create_revision {
             return Err(not_leader(&self.fence));
         }
-        let there = super::etcd::key_value(&v["responses"][1]["response_range"]["kvs"][0])?;
+        let there = super::key_value(&v["responses"][1]["response_range"]["kvs"][0])?;
         if there.value == value {
             return Ok(());
         }

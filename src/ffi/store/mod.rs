@@ -9,14 +9,10 @@
 //! Keys: see [`TW_STORE_MAX_KEY_LEN`] (full-length byte strings, `key_lens` next to every
 //! key array).
 
-#[path = "store_args.rs"]
 #[macro_use]
 mod args;
-#[path = "store_multi.rs"]
 mod multi;
-#[path = "store_sessions.rs"]
 mod sessions;
-#[path = "store_sized.rs"]
 mod sized;
 
 use super::ffi_boundary;

@@ -9,7 +9,7 @@
 //!
 //! Once a write is fenced off (another leader took over), every later commit fails at once.
 
-use super::etcd_journal::Journal;
+use super::journal::Journal;
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
 use std::collections::VecDeque;

@@ -1,5 +1,5 @@
 //! The shared-memory route to a verified same-host peer: its shared buffers (see
-//! `memory::shared`) are mapped into this process and transfers into them are a `memcpy` under
+//! `memory::shared_buffers`) are mapped into this process and transfers into them are a `memcpy` under
 //! the buffer's revocation fence; everything else (other buffers, GPU memory, a buffer the owner
 //! closed) goes to the route behind it (TCP lanes with their `process_vm_*` shortcut).
 //!
@@ -8,8 +8,14 @@
 //! (token and generation), its size, and seals that forbid shrinking it (so a copy can never
 //! fault on a truncated file).
 
+mod backend;
+
+pub use backend::SharedBuffersBackend;
+
 use super::{Route, Slice, Transport};
-use crate::memory::shared::{CONTROL_LEN, CONTROL_MAGIC, OPEN, Slot, buffer_name, control_name};
+use crate::memory::shared_buffers::{
+    CONTROL_LEN, CONTROL_MAGIC, OPEN, Slot, buffer_name, control_name,
+};
 use crate::metadata::descriptor::SharedBufDesc;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -94,7 +100,7 @@ const POPULATE_MAX: usize = 256 << 20;
 /// open instead of a page fault per 4 KiB on the first transfers).
 fn map(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
     let populate = len <= POPULATE_MAX;
-    crate::memory::shared::map_shared(fd.as_raw_fd(), len, populate)
+    crate::memory::shared_buffers::map_shared(fd.as_raw_fd(), len, populate)
         .map(|addr| Mapping { addr, len })
 }
 
@@ -115,7 +121,7 @@ impl SharedRoute {
         match Self::try_attach(pid, token, control_fd, list, fallback) {
             Ok(r) => Some(r),
             Err(e) => {
-                crate::tw_log!(
+                tw_log!(
                     crate::log::Level::Info,
                     "shared buffers of pid {pid} not mapped ({e}); using the socket path"
                 );
@@ -148,7 +154,8 @@ impl SharedRoute {
         }
         let mut buffers = Vec::with_capacity(list.len());
         for d in list {
-            if d.slot == 0 || d.slot as usize >= crate::memory::shared::SLOTS || d.len == 0 {
+            if d.slot == 0 || d.slot as usize >= crate::memory::shared_buffers::SLOTS || d.len == 0
+            {
                 return Err(io::Error::other(format!("bad shared buffer entry {d:?}")));
             }
             let fd = take_fd(&pidfd, d.fd)?;

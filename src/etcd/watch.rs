@@ -1,10 +1,10 @@
 //! One etcd watch over the JSON gateway: a chunked HTTP response carrying one JSON message per
 //! line (`{"result":{...}}`). Each line is bounded in size; the stream ends when its time window
-//! (set by [`super::etcd::EtcdClient::watch`]) passes, so a reader thread wakes up regularly.
+//! (set by [`super::EtcdClient::watch`]) passes, so a reader thread wakes up regularly.
 
-use super::etcd::{KeyValue, int, key_value};
-use super::web::MAX_RESPONSE;
+use super::kv::{KeyValue, int, key_value};
 use crate::error::{Error, ErrorKind, Result};
+use crate::http_client::MAX_RESPONSE;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 

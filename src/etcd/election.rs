@@ -9,8 +9,8 @@
 //! was deleted or taken over. [`Election::is_leader`] checks that deadline itself, so it is true
 //! only while the lease is known to be alive, even if the election thread is stuck in a call.
 
-use super::etcd::{EtcdClient, KeyValue};
-use super::etcd_watch::EventKind;
+use super::watch::EventKind;
+use super::{EtcdClient, KeyValue};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

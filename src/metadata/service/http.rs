@@ -1,9 +1,9 @@
 //! Mooncake's HTTP metadata protocol: `GET/PUT/DELETE <base>?key=<escaped key>`, where only
 //! status 200 counts as success. Every call has a deadline and reads at most
-//! [`super::web::MAX_RESPONSE`] bytes.
+//! [`crate::http_client::MAX_RESPONSE`] bytes.
 
-use super::web;
 use crate::error::{Error, ErrorKind, Result};
+use crate::http_client as web;
 use std::time::Duration;
 
 /// A metadata server base URL (`http://host:port/path`).
@@ -42,7 +42,7 @@ impl HttpStore {
             )
         })?;
         let authority = rest.split(['/', '?']).next().unwrap_or_default();
-        super::parse_host_port(authority, 80)?;
+        crate::addr::parse_host_port(authority, 80)?;
         let base = if rest.contains(['/', '?']) {
             url.to_string()
         } else {

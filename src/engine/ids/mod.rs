@@ -293,9 +293,7 @@ impl<T> Drop for IdTable<T> {
 }
 
 #[cfg(all(test, not(loom)))]
-#[path = "ids_tests.rs"]
 mod tests;
 
 #[cfg(all(test, loom))]
-#[path = "ids_loom.rs"]
 mod loom_models;

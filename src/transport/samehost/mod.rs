@@ -21,6 +21,10 @@
 //! `process_vm_writev` whenever it likes; where such processes exist, turn `same_host` off or
 //! run engines as different users.
 
+mod backend;
+
+pub use backend::{SameHostBackend, TW_PROTOCOL_VERSION, verified_pid};
+
 use crate::auth::AuthKey;
 use crate::memory::Registry;
 use std::collections::HashMap;

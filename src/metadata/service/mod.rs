@@ -2,9 +2,12 @@
 //! `P2PHANDSHAKE` (none), `http://...` (the HTTP protocol), `etcd://...` or a bare endpoint
 //! list (etcd). `https://` and `redis://` are refused with a clear error.
 
-use super::etcd_store::EtcdStore;
-use super::http::HttpStore;
+pub mod etcd;
+pub mod http;
+
 use crate::error::{Error, ErrorKind, Result};
+use etcd::EtcdStore;
+use http::HttpStore;
 use std::time::Duration;
 
 /// Which store a connection string names.
@@ -21,7 +24,7 @@ pub enum StoreKind {
 /// Classifies and checks a connection string without contacting anything.
 pub fn parse_kind(conn: &str) -> Result<StoreKind> {
     let conn = conn.trim();
-    if conn == crate::engine::config::P2PHANDSHAKE {
+    if conn == crate::metadata::P2PHANDSHAKE {
         return Ok(StoreKind::P2p);
     }
     // A list whose later endpoints carry `http://` is still a list (the scheme is the first
@@ -36,7 +39,7 @@ pub fn parse_kind(conn: &str) -> Result<StoreKind> {
             Ok(StoreKind::Http)
         }
         Some("etcd") | None => {
-            super::etcd::parse_endpoints(conn)?;
+            crate::etcd::parse_endpoints(conn)?;
             Ok(StoreKind::Etcd)
         }
         Some(other) => Err(Error::new(

@@ -294,7 +294,7 @@ impl SharedBuffers {
         let mut spins = 0u32;
         while slot.users.load(Ordering::SeqCst) != 0 {
             if Instant::now() >= until {
-                crate::tw_log!(
+                tw_log!(
                     crate::log::Level::Error,
                     "unregister {addr:#x}: a same-host peer was still copying after {FENCE_WAIT:?}; \
                      the buffer is detached from its shared memory"
@@ -381,7 +381,7 @@ fn detach(addr: u64, len: usize) {
         )
     };
     if p == libc::MAP_FAILED {
-        crate::tw_log!(
+        tw_log!(
             crate::log::Level::Error,
             "detaching shared buffer {addr:#x}: {}",
             std::io::Error::last_os_error()

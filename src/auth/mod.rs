@@ -398,5 +398,4 @@ pub fn log_refusal(what: &str, peer: Option<std::net::SocketAddr>, e: &AuthError
 }
 
 #[cfg(test)]
-#[path = "auth_tests.rs"]
 mod tests;

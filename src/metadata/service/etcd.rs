@@ -1,12 +1,12 @@
 //! Segment metadata in etcd, written as Mooncake writes it, with what Mooncake lacks: every key
 //! this engine writes hangs on one lease that a background thread keeps alive, so the keys of a
 //! crashed engine vanish within the lease time; reads are cached and kept true by a watch
-//! (`etcd_cache`). When etcd goes away the engine keeps working with what it holds; when it comes
+//! (`etcd::cache`). When etcd goes away the engine keeps working with what it holds; when it comes
 //! back, an expired lease is replaced and every key is written again.
 
-use super::etcd::{EtcdClient, is_lease_not_found};
-use super::etcd_cache::{Lookup, WatchCache, run_watch};
 use crate::error::{Error, ErrorKind, Result};
+use crate::etcd::cache::{Lookup, WatchCache, run_watch};
+use crate::etcd::{EtcdClient, is_lease_not_found};
 use crate::log::Level;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
