@@ -105,4 +105,3 @@ pub(super) fn listen(
     }
     Ok(Listening { core, id })
 }
-

@@ -37,8 +37,8 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use pool::Worker;
 pub use core::{Listening, core_threads};
+pub use pool::Worker;
 
 /// How long a worker waits for a connection's next request before it hands the connection back
 /// to the reactor (when no other connection is waiting for a worker). Long enough for a peer's
