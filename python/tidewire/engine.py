@@ -7,8 +7,10 @@ and return conventions, so existing code switches by changing one import::
 
 It is a thin layer over the pythonic API (:class:`tidewire.Engine`, :class:`tidewire.Batch`,
 :class:`tidewire.RequestArray`, ...) and never calls the library itself: exceptions become
-Mooncake's return codes. (``ctypes`` is used here only to copy bytes at raw addresses, for
-``write_bytes_to_buffer``/``read_bytes_from_buffer`` and managed buffers.)
+Mooncake's return codes. (``ctypes`` is used only to copy bytes at raw addresses, for
+``write_bytes_to_buffer``/``read_bytes_from_buffer``, and for the handle ``get_engine``
+returns.) The memory methods are in ``_engine_memory`` (a mixin of ``TransferEngine``), the
+argument and return-code helpers in ``_engine_util``; every name is importable from here.
 
 Return conventions (as Mooncake's Python wrapper):
 
@@ -34,11 +36,14 @@ keeps it on TCP.
 
 import ctypes
 import enum
-import os
 import threading
 import time
 
 from . import _ffi
+from ._engine_memory import _MemoryMethods
+from ._engine_util import (  # P2PHANDSHAKE and mooncake_code are public names of this module
+    _FAILURES, _U64_END, P2PHANDSHAKE, _code, _conn_string, _topology_json, _transfer_timeout_s,
+    mooncake_code)
 from ._errors import TidewireError
 from .core import Engine, RequestArray, gpu_devices
 
@@ -75,7 +80,6 @@ SUPPORT_MNNVL = False
 SUPPORT_MUSA = False
 SUPPORT_INTRA_NVLINK = False
 
-P2PHANDSHAKE = "P2PHANDSHAKE"
 
 class TransferOpcode(enum.IntEnum):
     """Direction of a transfer: ``Read`` (remote to local) or ``Write`` (local to remote)."""
@@ -109,56 +113,7 @@ class TransferNotify:
         return hash((self.name, self.msg))
 
 
-def mooncake_code(code):
-    """Mooncake ``error.h`` number for a native result code (``-1`` when there is no twin),
-    from the library's one table (``tw_result_mooncake_code``), which its Mooncake C API uses
-    too."""
-    return _ffi.mooncake_code(code)
-
-
-def _code(exc):
-    """Mooncake code of an exception raised by the pythonic API (bad Python input: -1)."""
-    return mooncake_code(exc.code) if isinstance(exc, TidewireError) else -1
-
-
-#: Bad input from Python (wrong element types, lengths) and library failures alike.
-_FAILURES = (TidewireError, TypeError, ValueError, OverflowError)
-
-# One past the largest address or length a request can carry.
-_U64_END = 1 << 64
-
-
-def _transfer_timeout_s():
-    v = os.environ.get("MC_TRANSFER_TIMEOUT")
-    if v is None:
-        return 30
-    try:
-        return max(5, int(v.strip()))
-    except ValueError:
-        return 30
-
-
-def _conn_string(metadata_server):
-    if metadata_server == P2PHANDSHAKE or "://" in metadata_server:
-        return metadata_server
-    return "etcd://" + metadata_server  # Mooncake's default scheme
-
-
-def _topology_json():
-    nodes = []
-    try:
-        for name in os.listdir("/sys/devices/system/node"):
-            if name.startswith("node") and name[4:].isdigit():
-                nodes.append(int(name[4:]))
-    except OSError:
-        pass
-    if not nodes:
-        nodes = [0]
-    body = ",\n".join(f'\t"cpu:{n}" : \n\t[\n\t\t[],\n\t\t[]\n\t]' for n in sorted(nodes))
-    return "{\n" + body + "\n}\n"
-
-
-class TransferEngine:
+class TransferEngine(_MemoryMethods):
     """Mooncake-compatible transfer engine (see the module documentation), built on
     :class:`tidewire.Engine`."""
 
@@ -502,124 +457,6 @@ class TransferEngine:
                                     lengths, stream_ptr=0, transport_hint=""):
         """Batched :meth:`transfer_read_on_cuda`."""
         self._on_cuda(target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr, 0)
-
-    # ----------------------------------------------------------------------------------------
-    # memory
-    # ----------------------------------------------------------------------------------------
-    def _register(self, addr, length, location):
-        reg = self._engine.register(addr, length, location)
-        with self._lock:
-            self._regs.setdefault(addr, []).append(reg)
-
-    def _unregister(self, addr):
-        with self._lock:
-            regs = self._regs.get(addr)
-            reg = regs.pop() if regs else None
-            if regs == []:
-                del self._regs[addr]
-        if reg is not None:
-            reg.close()
-        else:
-            self._engine.unregister(addr)  # not registered here: the library's answer
-
-    def register_memory(self, buffer_addr, capacity, location="*"):
-        """Registers ``[buffer_addr, buffer_addr + capacity)``. 0, -1 (zero length or bad
-        argument) or -7 (overlaps a registered region)."""
-        if not isinstance(location, str):
-            raise TypeError("location must be str")
-        if self._off:
-            return -1
-        try:
-            self._register(buffer_addr, capacity, location)
-        except _FAILURES as e:
-            return _code(e)
-        return 0
-
-    def unregister_memory(self, buffer_addr):
-        """Unregisters the region starting at ``buffer_addr``. 0 or -3 (not registered)."""
-        if self._off:
-            return -1
-        try:
-            self._unregister(buffer_addr)
-        except _FAILURES as e:
-            return _code(e)
-        return 0
-
-    def batch_register_memory(self, buffer_addresses, capacities, location="*"):
-        """Registers several regions, all or none. 0 or a negative error.h code."""
-        if len(capacities) != len(buffer_addresses):
-            return -1
-        if not isinstance(location, str):
-            raise TypeError("location must be str")
-        if self._off:
-            return -1
-        try:
-            regs = self._engine.register_many(zip(buffer_addresses, capacities), location)
-        except _FAILURES as e:
-            return _code(e)
-        with self._lock:
-            for reg in regs:
-                self._regs.setdefault(reg.addr, []).append(reg)
-        return 0
-
-    def batch_unregister_memory(self, buffer_addresses):
-        """Unregisters several regions; tries all, returns the first error (or 0)."""
-        if self._off:
-            return -1
-        first = 0
-        for addr in list(buffer_addresses):
-            try:
-                self._unregister(addr)
-            except _FAILURES as e:
-                first = first or _code(e)
-        return first
-
-    def allocate_managed_buffer(self, length):
-        """Allocates and registers ``length`` bytes; returns the address, or 0 on failure.
-
-        The memory is shared with same-host peers (memfd-backed): a tidewire peer on this host
-        maps it and copies with memcpy, with no socket on the way; other peers reach it over
-        the network like any registered memory."""
-        if length <= 0 or self._off:
-            return 0
-        try:
-            addr = self._engine.alloc_shared(length)
-        except _FAILURES:
-            return 0
-        self._managed[addr] = length
-        return addr
-
-    def free_managed_buffer(self, buffer_addr, length):
-        """Unregisters and releases a buffer from :meth:`allocate_managed_buffer`: when it
-        returns, no peer byte lands in it any more. Returns 0 (-1 for an address it did not
-        allocate)."""
-        if self._managed.pop(buffer_addr, None) is None:
-            return -1
-        try:
-            self._engine.free_shared(buffer_addr)
-        except _FAILURES:
-            return -1
-        return 0
-
-    def write_bytes_to_buffer(self, dest_address, src_ptr, length):
-        """Copies ``length`` bytes of ``src_ptr`` (bytes-like or str) to ``dest_address``. 0/-1."""
-        if isinstance(src_ptr, str):
-            src_ptr = src_ptr.encode()
-        elif not isinstance(src_ptr, bytes):
-            src_ptr = memoryview(src_ptr).cast("B").tobytes()
-        if not dest_address or length < 0 or length > len(src_ptr):
-            return -1
-        if length:
-            ctypes.memmove(dest_address, src_ptr, length)
-        return 0
-
-    def read_bytes_from_buffer(self, source_address, length):
-        """Returns ``length`` bytes copied from ``source_address``."""
-        if length <= 0:
-            return b""
-        if not source_address:
-            raise ValueError("source_address is 0")
-        return ctypes.string_at(source_address, length)
 
     # ----------------------------------------------------------------------------------------
     # segments, notifications, misc
