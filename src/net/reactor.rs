@@ -419,7 +419,15 @@ impl Reactor {
                         self.note_deadline(d);
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // Wait for the next bytes: the one-shot registration fired (or was never
+                    // used since a worker had the connection).
+                    let token = (generation as u64) << 32 | index as u64;
+                    if self.epoll.rearm(c.fd, CONN_EVENTS, token).is_err() {
+                        return self.close(index);
+                    }
+                    return;
+                }
                 Err(_) => return self.close(index),
             }
         }

@@ -6,9 +6,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// Readable, the peer's end of stream, errors: what the core waits for on a connection.
-/// Edge-triggered, so bytes that sit unread while a worker owns the connection raise no event
-/// storm; the reactor looks at the socket itself whenever a connection comes back to it.
-pub const CONN_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+/// One-shot: after an event the connection is disarmed until the reactor waits on it again
+/// ([`Epoll::rearm`]), so a connection a worker is serving costs the reactor no wake-up per
+/// request; re-arming reports bytes already there, so none is missed.
+pub const CONN_EVENTS: u32 =
+    (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET | libc::EPOLLONESHOT) as u32;
 /// A listening socket or the wake-up eventfd: level-triggered readable.
 pub const LEVEL_IN: u32 = libc::EPOLLIN as u32;
 
@@ -40,6 +42,11 @@ impl Epoll {
     /// Watches `fd` for `events`, reporting `token`.
     pub fn add(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
         self.ctl(libc::EPOLL_CTL_ADD, fd, events, token)
+    }
+
+    /// Arms a one-shot `fd` again (an event is reported at once if it is ready now).
+    pub fn rearm(&self, fd: RawFd, events: u32, token: u64) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, events, token)
     }
 
     /// Stops watching `fd` (closing it does the same).
