@@ -43,7 +43,7 @@ def batch_role(args):
     ctypes.memmove(src.addr, data, len(data))
     assert s.register_buffer(src.addr, src.size) == 0
     assert s.register_buffer(dst.addr, dst.size) == 0
-    out = {}
+    out, fails = {}, {}
     for n in BATCHES:
         puts, gets = [], []
         for r in range(args.reps):
@@ -52,15 +52,18 @@ def batch_role(args):
             dptrs = [dst.addr + i * VALUE for i in range(n)]
             sizes = [VALUE] * n
             t, rcs = bs.timed(lambda: s.batch_put_from(keys, ptrs, sizes))
-            assert all(rc == 0 for rc in rcs), (n, rcs[:4])
             puts.append(t)
+            failed = sum(1 for rc in rcs if rc != 0)
             ctypes.memset(dst.addr, 0, n * VALUE)
             t, got = bs.timed(lambda: s.batch_get_into(keys, dptrs, sizes))
-            assert all(g == VALUE for g in got), (n, got[:4])
-            assert ctypes.string_at(dst.addr, n * VALUE) == data[:n * VALUE]
             gets.append(t)
+            if failed == 0:
+                assert all(g == VALUE for g in got), (n, got[:4])
+                assert ctypes.string_at(dst.addr, n * VALUE) == data[:n * VALUE]
+            else:
+                fails[n] = max(fails.get(n, 0), failed)
             s.batch_remove(keys, True)
-        out[n] = [statistics.median(puts), statistics.median(gets)]
+        out[n] = [statistics.median(puts), statistics.median(gets), fails.get(n, 0)]
     print(json.dumps(out), flush=True)
     s.unregister_buffer(src.addr)
     s.unregister_buffer(dst.addr)
@@ -99,8 +102,10 @@ def load_role(args):
 def spawn(impl, master, role, extra=()):
     cmd = [sys.executable, os.path.abspath(__file__), "--impl", impl, "--master", master,
            "--role", role, *extra]
+    # Mooncake's TCP transport refuses more than 1,024 queued transfers per peer by default.
+    env = dict(os.environ, MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER="65535")
     return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.DEVNULL, text=True, env=env)
 
 
 def wait_line(p, prefix):
@@ -223,12 +228,14 @@ def main():
         results["clients"][impl] = run_clients(impl, counts, args.seconds)
     with open(args.json, "w") as f:
         json.dump(results, f)
-    print("\nkeys per batch | tidewire put / get (ms) | Mooncake put / get (ms) | get speed-up")
+    print("\n| keys per batch | tidewire put / get (ms) | Mooncake put / get (ms) | put / get speed-up |")
     print("|---|---|---|---|")
     for n in BATCHES:
         t, m = results["batch"]["tidewire"][n], results["batch"]["mooncake"][n]
-        print(f"| {n} | {t[0]:.2f} / {t[1]:.2f} | {m[0]:.2f} / {m[1]:.2f} | {m[1] / t[1]:.2f}x |")
-    print("\nclients | tidewire upsert / get (ms), keys/s | Mooncake upsert / get (ms), keys/s")
+        note = lambda r: f" ({r[2]} keys failed)" if r[2] else ""
+        print(f"| {n} | {t[0]:.2f} / {t[1]:.2f}{note(t)} | {m[0]:.2f} / {m[1]:.2f}{note(m)} "
+              f"| {m[0] / t[0]:.2f}x / {m[1] / t[1]:.2f}x |")
+    print("\n| clients | tidewire upsert / get (ms), keys/s | Mooncake upsert / get (ms), keys/s |")
     print("|---|---|---|")
     for n in counts:
         t, m = results["clients"]["tidewire"][n], results["clients"]["mooncake"][n]
