@@ -71,9 +71,10 @@ impl ListenerState {
 }
 
 enum State {
+    /// Fields drop in this order: the session (which may name the socket) before the socket.
     Parked {
-        stream: TcpStream,
         session: Box<dyn Session>,
+        stream: TcpStream,
     },
     Busy,
 }
