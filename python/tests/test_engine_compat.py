@@ -173,7 +173,10 @@ def test_transfer_timeout_env(monkeypatch):
     monkeypatch.delenv("MC_TRANSFER_TIMEOUT", raising=False)
     assert twe._transfer_timeout_s() == 30
     monkeypatch.setenv("MC_TRANSFER_TIMEOUT", "2")
-    assert twe._transfer_timeout_s() == 5
+    assert twe._transfer_timeout_s() == 2
+    # The engine's floor for MC_TRANSFER_TIMEOUT (engine/config: at least 1 s).
+    monkeypatch.setenv("MC_TRANSFER_TIMEOUT", "0")
+    assert twe._transfer_timeout_s() == 1
     monkeypatch.setenv("MC_TRANSFER_TIMEOUT", "45")
     assert twe._transfer_timeout_s() == 45
     assert TransferEngine()._timeout_ns == 45 * 10**9

@@ -24,6 +24,10 @@ KEYWORDS = {
 #: Dict keys beyond those: Mooncake's ``ipc_socket_path``, and LMCache's documented spellings
 #: (``master_server_address``, ``device_name``), which Mooncake ignores and tidewire honours.
 DICT_ALIASES = {"master_server_address": "master_server_addr", "device_name": "rdma_devices"}
+#: The master a client dials when none is given (the Rust client's `DEFAULT_MASTER_ADDRESS`;
+#: a test compares the two).
+DEFAULT_MASTER_ADDRESS = "127.0.0.1:50051"
+
 DICT_DEFAULTS = {
     "local_hostname": "",
     "metadata_server": "P2PHANDSHAKE",
@@ -31,7 +35,7 @@ DICT_DEFAULTS = {
     "local_buffer_size": 16 * _MiB,
     "protocol": "tcp",
     "rdma_devices": "",
-    "master_server_addr": "127.0.0.1:50051",
+    "master_server_addr": DEFAULT_MASTER_ADDRESS,
 }
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

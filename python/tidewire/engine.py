@@ -21,8 +21,8 @@ Return conventions (as Mooncake's Python wrapper):
 - memory registration and ``send_probe``: ``0`` or a negative code of Mooncake's ``error.h``
   (``-1`` invalid argument, ``-3`` address not registered, ``-7`` overlap, ``-102`` socket ...).
 
-Sync transfers wait at most ``MC_TRANSFER_TIMEOUT`` seconds (at least 5, default 30) plus one
-millisecond per MB. Every call into the library releases the GIL. The CUDA stream methods of
+Sync transfers wait at most ``MC_TRANSFER_TIMEOUT`` seconds (at least 1, default 30, read as the
+engine reads it) plus one millisecond per MB. Every call into the library releases the GIL. The CUDA stream methods of
 Mooncake's CUDA builds (``transfer_write_on_cuda`` and friends) are provided in every build and
 work when a CUDA driver is present (``SUPPORT_CUDA``); ``transport_hint`` is accepted and
 ignored, as in Mooncake's classic engine. Metadata: ``P2PHANDSHAKE``, ``http://...`` or

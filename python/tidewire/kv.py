@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any, Dict, Optional, Type, Union
 
 from ._store_config import ReplicateConfig
+from ._store_setup import DEFAULT_MASTER_ADDRESS
 from .store import MooncakeDistributedStore
 
 __all__ = [
@@ -167,7 +168,7 @@ class Store:
     :class:`StoreError` when the client cannot start. Use as a context manager or call
     :meth:`close`."""
 
-    def __init__(self, master: str = "127.0.0.1:50051", *, segment_size: int = 16 << 20,
+    def __init__(self, master: str = DEFAULT_MASTER_ADDRESS, *, segment_size: int = 16 << 20,
                  local_buffer_size: int = 16 << 20, local_hostname: str = "",
                  metadata: str = "P2PHANDSHAKE", protocol: str = "tcp",
                  rdma_devices: str = "") -> None:

@@ -132,7 +132,7 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             local,
             enc("protocol", "tcp"),
             enc("rdma_devices"),
-            enc("master_server_addr", "127.0.0.1:50051"),
+            enc("master_server_addr", _setup_args.DEFAULT_MASTER_ADDRESS),
         )
         if rc != 0:
             self.last_error = _ffi.last_error_message()

@@ -172,7 +172,7 @@ def main(argv=None):
     ap.add_argument("--local_buffer_size", default="64mb")
     ap.add_argument("--protocol", default="tcp")
     ap.add_argument("--device_name", default="")
-    ap.add_argument("--master_server_address", default="127.0.0.1:50051")
+    ap.add_argument("--master_server_address", default=_store_setup.DEFAULT_MASTER_ADDRESS)
     args = ap.parse_args(argv)
     store = MooncakeDistributedStore()
     try:

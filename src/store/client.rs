@@ -31,6 +31,9 @@ pub struct StoreConfig {
     pub master_server_address: String,
 }
 
+/// The master a client dials when none is given (Mooncake's default).
+pub const DEFAULT_MASTER_ADDRESS: &str = "127.0.0.1:50051";
+
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
@@ -40,7 +43,7 @@ impl Default for StoreConfig {
             local_buffer_size: 16 << 20,
             protocol: "tcp".into(),
             device_name: String::new(),
-            master_server_address: "127.0.0.1:50051".into(),
+            master_server_address: DEFAULT_MASTER_ADDRESS.into(),
         }
     }
 }

@@ -167,7 +167,7 @@ pub unsafe extern "C" fn tw_store_setup(
             master_server_address: tri!(s(
                 master_server_address,
                 "master_server_address",
-                "127.0.0.1:50051"
+                crate::store::client::DEFAULT_MASTER_ADDRESS
             )),
         };
         match StoreClient::setup(&cfg) {
