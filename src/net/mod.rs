@@ -2,9 +2,11 @@
 //! server, the Store master's RPC server and its HTTP server.
 //!
 //! One reactor thread per process watches every listening socket and every connection that is
-//! waiting for its next request (epoll, edge-triggered); a small pool of worker threads serves
-//! the connections that have one. So an idle connection costs a table entry and its socket, not
-//! a thread, and the thread count is set by the CPU count, not by the peers.
+//! waiting for its next request (epoll; a connection is one-shot, re-armed only while the
+//! reactor waits on it, so one that a worker is serving never wakes the reactor); a small pool of
+//! worker threads serves the connections that have one. So an idle connection costs a table
+//! entry and its socket, not a thread, and the thread count is set by the CPU count, not by the
+//! peers.
 //!
 //! - **Heads on the reactor.** A connection goes to a worker only once the head of its next
 //!   request is here: the reactor reads it without blocking into a buffer of the connection's
@@ -20,9 +22,9 @@
 //!   of a parked connection, checked on every reactor turn: `first_request` from accept to its
 //!   first whole head, `head_timeout` from a head's first byte to its last, `idle_timeout`
 //!   between requests.
-//! - **The pool.** `max(2, cores)` workers stay; more start when every worker is busy and work
-//!   is queued (requests that block: a handler waiting on a peer, a slow reader), up to
-//!   `max(16, 4 x cores)`; those leave after [`SPARE_WORKER_IDLE`] without work.
+//! - **The pool.** `max(2, cores)` workers stay; more start while more jobs are queued than
+//!   workers wait for them (requests that block: a handler waiting on a peer, a slow reader), up
+//!   to `max(16, 4 x cores)`; those leave after [`SPARE_WORKER_IDLE`] without work.
 //!
 //! Only the reactor thread closes a connection's socket (a worker hands it back to be closed),
 //! so the descriptor a server shuts down to wake a busy worker is never a reused one.
