@@ -163,37 +163,35 @@ def run_clients(impl, counts, seconds):
     return with_master(impl, go)
 
 
+def chart(plt, series, labels, xlabel, title, path):
+    """One log-log chart: per implementation, the first two columns of `series` against x."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for impl, style in (("tidewire", "-"), ("mooncake", "--")):
+        rows = series[impl]
+        xs = sorted(rows)
+        for col, (marker, label) in enumerate(zip("os", labels)):
+            ax.plot(xs, [rows[x][col] for x in xs], style, marker=marker,
+                    label=f"{impl} {label}")
+    ax.set(xscale="log", yscale="log", xlabel=xlabel,
+           ylabel="latency per batch call, ms (median)", title=title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def plot(results, out_dir):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     os.makedirs(out_dir, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for impl, style in (("tidewire", "-"), ("mooncake", "--")):
-        b = results["batch"][impl]
-        xs = sorted(b)
-        ax.plot(xs, [b[x][0] for x in xs], style, marker="o", label=f"{impl} batch_put_from")
-        ax.plot(xs, [b[x][1] for x in xs], style, marker="s", label=f"{impl} batch_get_into")
-    ax.set(xscale="log", yscale="log", xlabel="keys per batch (64 KiB each)",
-           ylabel="latency per batch call, ms (median)",
-           title="Store: latency as the batch grows (two processes, TCP)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "store_batch_growth.png"), dpi=110)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for impl, style in (("tidewire", "-"), ("mooncake", "--")):
-        c = results["clients"][impl]
-        xs = sorted(c)
-        ax.plot(xs, [c[x][0] for x in xs], style, marker="o", label=f"{impl} upsert (16 keys)")
-        ax.plot(xs, [c[x][1] for x in xs], style, marker="s", label=f"{impl} get (16 keys)")
-    ax.set(xscale="log", yscale="log", xlabel="client processes on one master",
-           ylabel="latency per batch call, ms (median)",
-           title="Store: latency as clients are added (2 cores shared by all)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "store_client_growth.png"), dpi=110)
+    chart(plt, results["batch"], ("batch_put_from", "batch_get_into"),
+          "keys per batch (64 KiB each)", "Store: latency as the batch grows (two processes, TCP)",
+          os.path.join(out_dir, "store_batch_growth.png"))
+    chart(plt, results["clients"], ("upsert (16 keys)", "get (16 keys)"),
+          "client processes on one master",
+          "Store: latency as clients are added (2 cores shared by all)",
+          os.path.join(out_dir, "store_client_growth.png"))
 
 
 def main():

@@ -271,3 +271,67 @@ fn a_thousand_store_clients_on_one_master() {
     );
     assert!(get(&large, "requests=") > 0 && get(&small, "requests=") > 0);
 }
+
+/// At its cap the master answers a new connection with an error frame and closes it; the
+/// connections it holds keep being served, and a closed one frees its place.
+#[test]
+fn master_at_its_cap_refuses_with_an_error_reply() {
+    use tidewire::store::proto::{self, Reply, Request};
+    let (mut master, ready) = common::master::spawn_master([
+        "--rpc_address=127.0.0.1",
+        "--rpc_port=0",
+        "--metrics_port=0",
+        "--max_connections=2",
+    ]);
+    let port = ready["rpc_port"].as_u64().unwrap() as u16;
+    let connect = || {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    };
+    let ping = |s: &mut TcpStream| -> Reply {
+        let req = Request::Ping { client_id: 7 };
+        proto::write_frame(s, 0, &proto::encode(&req)).unwrap();
+        let (_, body) = proto::read_frame(s).unwrap();
+        proto::decode(&body).unwrap()
+    };
+    let (mut a, mut b) = (connect(), connect());
+    assert!(matches!(ping(&mut a), Reply::Pong { .. }));
+    assert!(matches!(ping(&mut b), Reply::Pong { .. }));
+    let mut c = connect();
+    let (_, body) = proto::read_frame(&mut c).expect("a refusal frame");
+    match proto::decode::<Reply>(&body).unwrap() {
+        Reply::Error { code, message } => {
+            assert_eq!(code, proto::code::RPC_FAIL);
+            assert!(message.contains("too many connections"), "{message}");
+        }
+        other => panic!("expected an error reply, got {other:?}"),
+    }
+    assert_eq!(
+        c.read(&mut [0u8; 1]).unwrap_or(0),
+        0,
+        "the refused connection is closed"
+    );
+    assert!(
+        matches!(ping(&mut a), Reply::Pong { .. }),
+        "held connections still served"
+    );
+    drop(b);
+    // The master sees the close when it next looks at that connection: retry briefly.
+    let t0 = Instant::now();
+    let served = loop {
+        let mut d = connect();
+        let req = Request::Ping { client_id: 8 };
+        proto::write_frame(&mut d, 0, &proto::encode(&req)).unwrap();
+        match proto::read_frame(&mut d).map(|(_, body)| proto::decode::<Reply>(&body)) {
+            Ok(Ok(Reply::Pong { .. })) => break true,
+            _ if t0.elapsed() < Duration::from_secs(3) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            _ => break false,
+        }
+    };
+    assert!(served, "a closed connection did not free its place");
+    let _ = master.kill();
+    let _ = master.wait();
+}

@@ -41,6 +41,7 @@ use std::time::Duration;
 
 pub use core::{Listening, core_threads};
 pub use pool::Worker;
+pub use sys::{SPIN_WAIT, spin_readable, wait_readable};
 
 /// How long a worker waits for a connection's next request before it hands the connection back
 /// to the reactor (when no other connection is waiting for a worker). Long enough for a peer's

@@ -1,10 +1,8 @@
 //! The worker pool: permanent workers, spares started when every worker is busy and work
 //! waits, up to a cap; spares leave when idle.
 
+use super::sys::{SPIN_WAIT, spin_readable, wait_readable};
 use super::{LINGER, SPARE_WORKER_IDLE};
-
-/// How long [`Worker::more_soon`] polls before it sleeps.
-const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
 use crate::log::Level;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::cell::Cell;
@@ -40,24 +38,20 @@ impl Worker {
     /// True when the connection on `fd` has its next request (or its end of stream) here within
     /// [`LINGER`] and no other connection waits for this worker: serve on. False: park it.
     ///
-    /// It polls, yielding the CPU between polls, for the first [`SPIN`] (in a request/reply
+    /// It polls, yielding the CPU between polls, for the first [`SPIN_WAIT`] (in a request/reply
     /// stream the next request is usually closer than a sleeping thread's wake-up), then sleeps
     /// in the kernel for the rest.
     pub fn more_soon(&self, fd: RawFd) -> bool {
         if self.others_waiting() {
             return false;
         }
-        let start = std::time::Instant::now();
-        loop {
-            if super::sys::readable_within(fd, std::time::Duration::ZERO) {
-                return true;
-            }
-            if start.elapsed() >= SPIN {
-                break;
-            }
-            std::thread::yield_now();
-        }
-        super::sys::readable_within(fd, LINGER.saturating_sub(SPIN))
+        let mut pfd = [libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        spin_readable(&mut pfd, SPIN_WAIT)
+            || wait_readable(&mut pfd, LINGER.saturating_sub(SPIN_WAIT))
     }
 }
 

@@ -509,10 +509,7 @@ impl Reactor {
         if let Some(l) = self.listeners[c.listener as usize].as_mut() {
             l.open -= 1;
         }
-        if let State::Parked { stream, session } = c.state {
-            drop(session);
-            drop(stream);
-        }
+        drop(c); // a parked one's session, then its socket (the field order of `State`)
         self.free.push(index);
     }
 

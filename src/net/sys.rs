@@ -142,19 +142,35 @@ pub fn send_now(fd: RawFd, buf: &[u8]) {
     };
 }
 
-/// True when bytes (or the end of the stream) can be read from `fd` within `wait`.
-pub fn readable_within(fd: RawFd, wait: Duration) -> bool {
-    let mut pfd = [libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    }];
+/// How long a reader waiting for bytes that are on their way polls (yielding the CPU between
+/// polls) before it sleeps in the kernel. On virtual machines a thread whose CPU went idle takes
+/// tens of microseconds to wake, far longer than the gap between two segments of a payload in
+/// flight; a polling thread keeps its CPU awake and gives it to runnable threads meanwhile.
+pub const SPIN_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Polls `fds` for up to `spin`, yielding between polls. Returns whether one became readable
+/// (or hung up); `revents` says which.
+pub fn spin_readable(fds: &mut [libc::pollfd], spin: std::time::Duration) -> bool {
+    let until = std::time::Instant::now() + spin;
+    loop {
+        if wait_readable(fds, std::time::Duration::ZERO) {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Waits up to `wait` for any of `fds` to become readable (or hung up). Returns whether one did.
+pub fn wait_readable(fds: &mut [libc::pollfd], wait: std::time::Duration) -> bool {
     let ts = libc::timespec {
         tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: wait.subsec_nanos() as libc::c_long,
     };
-    // SAFETY: `pfd` is a live array of one pollfd and `ts` a timespec, both valid for the call.
-    let r = unsafe { libc::ppoll(pfd.as_mut_ptr(), 1, &ts, std::ptr::null()) };
+    // SAFETY: `fds` is a live slice of pollfd and `ts` a timespec, both valid for the call.
+    let r = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, &ts, std::ptr::null()) };
     r > 0
 }
 

@@ -423,6 +423,32 @@ impl MetadataStore {
 mod tests {
     use super::*;
 
+    /// The reactor's view of a request arriving a few bytes at a time: not ready until the
+    /// head's end, then until the whole small body; a head past the limit goes to a worker (to
+    /// be answered 400).
+    #[test]
+    fn http_heads_are_found_across_reads() {
+        let handler: Arc<HttpHandler> = Arc::new(|_| HttpResponse::new(200, "text/plain", ""));
+        let mut session = HttpSession {
+            handler,
+            max_head: 64,
+            scanned: 0,
+        };
+        let req = b"PUT /metadata?key=k HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello";
+        let head_end = req.len() - 5;
+        for n in 0..head_end {
+            assert_eq!(session.want(&req[..n]), Want::More(65), "at {n} bytes");
+        }
+        assert_eq!(session.want(&req[..head_end]), Want::More(req.len()));
+        assert_eq!(session.want(&req[..req.len() - 1]), Want::More(req.len()));
+        assert_eq!(session.want(req), Want::Ready);
+
+        session.scanned = 0;
+        let junk = [b'a'; 65];
+        assert_eq!(session.want(&junk[..64]), Want::More(65));
+        assert_eq!(session.want(&junk), Want::Ready);
+    }
+
     #[test]
     fn decodes_queries() {
         assert_eq!(
