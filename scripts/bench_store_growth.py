@@ -99,8 +99,9 @@ def load_role(args):
     s.close()
 
 
-def spawn(impl, master, role, extra=()):
-    cmd = [sys.executable, os.path.abspath(__file__), "--impl", impl, "--master", master,
+def spawn(impl, master, role, extra=(), script=__file__):
+    """A child running `role` of `script` (this file unless told) against `master`."""
+    cmd = [sys.executable, os.path.abspath(script), "--impl", impl, "--master", master,
            "--role", role, *extra]
     # Mooncake's TCP transport refuses more than 1,024 queued transfers per peer by default.
     env = dict(os.environ, MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER="65535")

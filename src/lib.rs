@@ -24,6 +24,7 @@ pub mod net;
 pub mod store;
 pub mod transport;
 
+pub(crate) mod cpus;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod guard;

@@ -41,11 +41,41 @@ def _key_list(keys):
     be, or something that is not iterable, raises ``TypeError``."""
     if isinstance(keys, (str, bytes, bytearray)):
         raise TypeError(f"store keys must be a list of str, not {type(keys).__name__}")
+    if type(keys) is not list:
+        try:
+            keys = list(keys)
+        except TypeError:
+            raise TypeError(
+                f"store keys must be a list of str, not {type(keys).__name__}"
+            ) from None
+    packed = _packed_str_keys(keys)
+    return packed if packed is not None else [_key_bytes(k) for k in keys]
+
+
+class _PackedKeys(list):
+    """Encoded keys (a list of ``bytes``, as ``_key_list`` gives) that also hold ``blob``: the
+    keys' UTF-8 joined by NUL bytes, in which each key is found at its offset, so ``_c_keys``
+    reads pointers into it instead of joining again."""
+
+    blob: bytes
+
+
+def _packed_str_keys(keys):
+    """The fast path of ``_key_list`` for a list of ``str`` without NUL: one join, one encode
+    and one split, all C loops (1024 keys: ~25 us, against ~140 us key by key). None when a key
+    is not a ``str`` or holds a NUL (the caller goes key by key)."""
+    if not keys:
+        return None
     try:
-        it = iter(keys)
+        joined = "\0".join(keys)
     except TypeError:
-        raise TypeError(f"store keys must be a list of str, not {type(keys).__name__}") from None
-    return [_key_bytes(k) for k in it]
+        return None
+    if "\0" in joined[: len(keys[0])] or joined.count("\0") != len(keys) - 1:
+        return None
+    blob = joined.encode("utf-8", "surrogatepass")
+    out = _PackedKeys(blob.split(b"\0"))
+    out.blob = blob
+    return out
 
 
 def _key_list_of_lists(groups):
@@ -60,16 +90,32 @@ def _key_list_of_lists(groups):
         ) from None
 
 
+_plus_one = (1).__add__
+
+
 def _c_keys(enc):
     """Encoded keys as the C arrays the library reads (pointers, then lengths), and what keeps
     them alive: one joined buffer, pointers into it and the lengths, built by C loops (768 keys:
     ~120 us; a ``c_char_p`` array ~190 us). Every key keeps all its bytes, NULs included."""
     if not enc:
         return (c_char_p * 0)(), (c_size_t * 0)(), enc
-    blob = b"".join(enc)
-    base = ctypes.cast(c_char_p(blob), c_void_p).value
-    lens = array(_SIZE_CODE, map(len, enc))
-    ptrs = array(_PTR_CODE, itertools.accumulate(lens[:-1], initial=base))
+    blob = getattr(enc, "blob", None)
+    if blob is not None:
+        # Keys NUL-separated in one buffer: key i starts one byte past key i-1's end.
+        base = ctypes.cast(c_char_p(blob), c_void_p).value
+        first = len(enc[0])
+        if len(blob) == len(enc) * (first + 1) - 1 and len(set(map(len, enc))) == 1:
+            # One length for all (hashes, the serving stacks' keys): no per-key arithmetic.
+            lens = array(_SIZE_CODE, (first,)) * len(enc)
+            ptrs = array(_PTR_CODE, range(base, base + len(blob), first + 1))
+        else:
+            lens = array(_SIZE_CODE, map(len, enc))
+            ptrs = array(_PTR_CODE, itertools.accumulate(map(_plus_one, lens[:-1]), initial=base))
+    else:
+        lens = array(_SIZE_CODE, map(len, enc))
+        blob = b"".join(enc)
+        base = ctypes.cast(c_char_p(blob), c_void_p).value
+        ptrs = array(_PTR_CODE, itertools.accumulate(lens[:-1], initial=base))
     return (
         ctypes.cast(ptrs.buffer_info()[0], POINTER(c_char_p)),
         ctypes.cast(lens.buffer_info()[0], POINTER(c_size_t)),

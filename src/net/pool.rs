@@ -68,7 +68,7 @@ pub(super) struct Pool {
 
 impl Pool {
     pub(super) fn new() -> Arc<Pool> {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let cores = crate::cpus::available();
         let (tx, rx) = crossbeam_channel::unbounded();
         let pool = Arc::new(Pool {
             tx: Mutex::new(Some(tx)),

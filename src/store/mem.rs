@@ -209,10 +209,7 @@ const PIECE: u64 = 2 << 20;
 /// the call, and no destination overlaps another copy's source or destination.
 pub unsafe fn copy_all(copies: &[Copy]) {
     let total: u64 = copies.iter().map(|c| c.len).sum();
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(4);
+    let threads = crate::cpus::available().min(4);
     let stream = total >= crate::memory::raw::STREAM_MIN_TOTAL;
     if total < PARALLEL_MIN || threads < 2 {
         for c in copies {
@@ -298,7 +295,7 @@ const POPULATE_STEP: u64 = 1 << 20;
 /// race with the writer is harmless.
 pub fn populate_behind<R>(ranges: &[(u64, u64)], transfer: impl FnOnce() -> R) -> R {
     let total: u64 = ranges.iter().map(|r| r.1).sum();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = crate::cpus::available();
     if total < POPULATE_BEHIND_MIN || cpus < 2 {
         for &(addr, len) in ranges {
             prefault_write(addr, len);

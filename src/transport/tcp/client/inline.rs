@@ -42,7 +42,7 @@ const SPREAD_MIN_BYTES: u64 = 256 << 10;
 /// outnumber the CPUs, and one lane whose server gathers its replies into one send wins
 /// (READ 256 KiB x4: 4.7 vs 3.1 GB/s on 2 CPUs).
 pub fn spread_by_default() -> bool {
-    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 4)
+    crate::cpus::available() >= 4
 }
 
 /// Cuts `slices` (`bytes` in all) into at most `parts` runs of consecutive slices with about
