@@ -1,5 +1,7 @@
 """Exceptions of the pythonic API: one class per native result code, all under TidewireError."""
 
+from typing import Optional
+
 from . import _ffi
 
 __all__ = [
@@ -32,9 +34,9 @@ class TidewireError(Exception):
     """A failed tidewire call: ``code`` is the native ``TW_ERR_*`` number, ``message`` the
     detail (the library's last error message of the calling thread)."""
 
-    code = None
+    code: Optional[int] = None  # every instance has its own (``__init__``)
 
-    def __init__(self, code, message=""):
+    def __init__(self, code: int, message: str = "") -> None:
         super().__init__(code, message)
         self.code = code
         self.message = message

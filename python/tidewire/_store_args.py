@@ -6,6 +6,12 @@ import itertools
 import operator
 from array import array
 from ctypes import POINTER, c_char_p, c_int32, c_size_t, c_uint64, c_void_p
+from typing import Any, Union
+
+#: A store key: ``str`` (used as its UTF-8 bytes) or ``bytes``/``bytearray`` (see ``_key_bytes``).
+Key = Union[str, bytes, bytearray]
+#: A value to store: any bytes-like object (the buffer protocol).
+Value = Any
 
 
 _new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize

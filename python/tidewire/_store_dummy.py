@@ -15,6 +15,7 @@ import base64
 import os
 import socket
 import threading
+from typing import Any, Callable, Dict
 
 from . import _store_wire as wire
 from ._store_args import _key_bytes, _key_list, _key_list_of_lists
@@ -86,7 +87,7 @@ def _ranges(bases, all_dst, all_sizes):
 
 
 #: Encoders of each forwarded method's arguments (keys already checked by the caller).
-ENCODE = {
+ENCODE: Dict[str, Callable[..., Any]] = {
     "put": lambda k, v, c=None: [_key(k), _b64(v), _config(c)],
     "upsert": lambda k, v, c=None: [_key(k), _b64(v), _config(c)],
     "put_batch": lambda ks, vs, c=None: [_keys(ks), [_b64(v) for v in vs], _config(c)],

@@ -2,11 +2,14 @@
 multi-buffer puts and gets, ranged reads, get sessions and replica descriptors (a mixin; the
 class provides the handle ``_h``, ``_hostname`` and Mooncake's conventions)."""
 
+from __future__ import annotations
+
 from array import array
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _store_core as _core
 from ._store_args import (
-    _SIZE_CODE, _ints, _key_bytes, _key_list, _key_list_of_lists, _ptrs_ok, _sizes_ok,
+    _SIZE_CODE, Key, _ints, _key_bytes, _key_list, _key_list_of_lists, _ptrs_ok, _sizes_ok,
 )
 from ._store_config import ReplicateConfig
 from ._store_types import Descriptor, MemoryDescriptor, ReplicaDescriptor
@@ -14,15 +17,21 @@ from ._store_types import Descriptor, MemoryDescriptor, ReplicaDescriptor
 INTERNAL_ERROR = -1
 INVALID_PARAMS = -600
 
+#: Per key: a piece list of addresses, or of sizes (or of source offsets).
+Pieces = Sequence[Sequence[int]]
+#: ``_pieces``' checked arguments: results, good indices, counts, flat addresses, flat sizes.
+_PieceArgs = Tuple[List[int], List[int], "array[int]", "array[int]", "array[int]"]
+
 
 class PieceCalls:
     """Values in pieces, ranged reads, get sessions, replica descriptors."""
 
-    _h: object
+    _h: _core.Handle
     _hostname: str
 
     # ---------------------------------------------------------------- values in pieces
-    def _pieces(self, enc, all_buffer_ptrs, all_sizes):
+    def _pieces(self, enc: List[bytes], all_buffer_ptrs: Pieces, all_sizes: Pieces
+                ) -> Tuple[Optional[List[int]], Optional[_PieceArgs]]:
         """A multi-buffer batch's arguments, checked: ``(settled, args)``. ``settled`` is the
         whole result when the arguments decide it (no handle, outer lengths that differ, no
         keys), else None; ``args`` is ``(results, good, counts, ptrs, sizes)``: the result list
@@ -41,7 +50,8 @@ class PieceCalls:
         if n == 0:
             return [], None
         results = [INVALID_PARAMS] * n
-        good, counts, flat_ptrs, flat_sizes = [], array(_SIZE_CODE), array("Q"), array("Q")
+        good: List[int] = []
+        counts, flat_ptrs, flat_sizes = array(_SIZE_CODE), array("Q"), array("Q")
         for i in range(n):
             try:
                 ps, ss = list(ptr_lists[i]), list(size_lists[i])
@@ -49,16 +59,18 @@ class PieceCalls:
                 continue
             if len(ps) != len(ss):
                 continue
-            ps, ss = _ints(ps, 1 << 64), _ints(ss, 1 << 63)
-            if ps is None or ss is None:
+            pi, si = _ints(ps, 1 << 64), _ints(ss, 1 << 63)
+            if pi is None or si is None:
                 continue
             good.append(i)
-            counts.append(len(ps))
-            flat_ptrs.extend(ps)
-            flat_sizes.extend(ss)
+            counts.append(len(pi))
+            flat_ptrs.extend(pi)
+            flat_sizes.extend(si)
         return None, (results, good, counts, flat_ptrs, flat_sizes)
 
-    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+    def batch_put_from_multi_buffers(self, keys: Sequence[Key], all_buffer_ptrs: Pieces,
+                                     all_sizes: Pieces,
+                                     config: Optional[ReplicateConfig] = None) -> List[int]:
         """Zero-copy create-only puts of values in pieces: key ``i``'s value is the
         concatenation of the ``all_sizes[i][j]`` bytes at each ``all_buffer_ptrs[i][j]``, in
         order. Every piece of every key goes straight to its replica buffers, in one transfer
@@ -70,11 +82,13 @@ class PieceCalls:
         client's own segment when it has room (``replica_num`` must be 1)."""
         return self._put_pieces(_key_list(keys), all_buffer_ptrs, all_sizes, config, False)
 
-    def _put_pieces(self, enc, all_buffer_ptrs, all_sizes, config, upsert):
+    def _put_pieces(self, enc: List[bytes], all_buffer_ptrs: Pieces, all_sizes: Pieces,
+                    config: Optional[ReplicateConfig], upsert: bool) -> List[int]:
         """``batch_put_from_multi_buffers`` of encoded keys, create-only or ``upsert``."""
         settled, args = self._pieces(enc, all_buffer_ptrs, all_sizes)
         if settled is not None:
             return settled
+        assert args is not None  # not settled: the arguments to run
         results, good, counts, ptrs, sizes = args
         cfg = (config or ReplicateConfig())._c(local=self._hostname)
         if cfg is None:
@@ -86,8 +100,9 @@ class PieceCalls:
             results[i] = res[j]
         return results
 
-    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
-                                     prefer_alloc_in_same_node=False):
+    def batch_get_into_multi_buffers(self, keys: Sequence[Key], all_buffer_ptrs: Pieces,
+                                     all_sizes: Pieces,
+                                     prefer_alloc_in_same_node: bool = False) -> List[int]:
         """Zero-copy reads into pieces: key ``i``'s value fills ``all_buffer_ptrs[i][j]``
         (``all_sizes[i][j]`` bytes each) in order; the pieces may hold more than the value,
         and what lies past its end is left as it was. Per key: the value's size in bytes, or a
@@ -100,6 +115,7 @@ class PieceCalls:
         settled, args = self._pieces(enc, all_buffer_ptrs, all_sizes)
         if settled is not None:
             return settled
+        assert args is not None  # not settled: the arguments to run
         results, good, counts, ptrs, sizes = args
         if not good:
             return results
@@ -108,12 +124,18 @@ class PieceCalls:
             results[i] = res[j]
         return results
 
-    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
+    def get_into_ranges(self, buffer_ptrs: Sequence[int], all_keys: Sequence[Sequence[Key]],
+                        all_dst_offsets: Sequence[Pieces], all_src_offsets: Sequence[Pieces],
+                        all_sizes: Sequence[Pieces]) -> Union[int, List[List[List[int]]]]:
         """Ranged reads, buffer-major: for buffer ``b`` and its ``k``-th key, fragment ``f``
         copies ``[src_offsets[b][k][f], +sizes[b][k][f])`` of the object to
         ``buffer_ptrs[b] + dst_offsets[b][k][f]``. Returns ``[b][k][f]`` bytes read or a code."""
         groups = [_key_list(ks) for ks in _key_list_of_lists(all_keys)]
-        flat_keys, dsts, srcs, lens, shape = [], [], [], [], []
+        flat_keys: List[bytes] = []
+        dsts: List[int] = []
+        srcs: List[int] = []
+        lens: List[int] = []
+        shape: List[List[int]] = []
         try:
             for b, base in enumerate(buffer_ptrs):
                 kshape = []
@@ -137,9 +159,10 @@ class PieceCalls:
         rc, res = _core.get_ranges(self._h, flat_keys, dsts, srcs, lens)
         if rc != 0:
             return rc
-        out, i = [], 0
+        out: List[List[List[int]]] = []
+        i = 0
         for kshape in shape:
-            per_buf = []
+            per_buf: List[List[int]] = []
             for m in kshape:
                 per_buf.append([res[j] for j in range(i, i + m)])
                 i += m
@@ -147,7 +170,7 @@ class PieceCalls:
         return out
 
     # ---------------------------------------------------------------- get sessions
-    def batch_get_session_start(self, keys):
+    def batch_get_session_start(self, keys: Sequence[Key]) -> List[int]:
         """Starts a get session per key: the replicas are looked up once and held, so the
         ranged reads that follow (``batch_get_into_multi_buffer_ranges``) need no master round
         trip and their bytes cannot be freed or replaced until ``batch_get_session_end``. Per
@@ -161,7 +184,7 @@ class PieceCalls:
             return []
         return _core.session_start(self._h, enc)
 
-    def batch_get_session_end(self, keys):
+    def batch_get_session_end(self, keys: Sequence[Key]) -> int:
         """Ends the get sessions of ``keys`` (keys without one are ignored). Returns 0."""
         enc = _key_list(keys)
         if self._h is None:
@@ -170,8 +193,9 @@ class PieceCalls:
             return 0
         return _core.session_end(self._h, enc)
 
-    def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes,
-                                           all_src_offsets):
+    def batch_get_into_multi_buffer_ranges(self, keys: Sequence[Key], all_buffer_ptrs: Pieces,
+                                           all_sizes: Pieces,
+                                           all_src_offsets: Pieces) -> List[int]:
         """Ranged reads under open get sessions: for key ``i``, fragment ``j`` copies
         ``all_sizes[i][j]`` bytes from offset ``all_src_offsets[i][j]`` of the object to
         ``all_buffer_ptrs[i][j]``. All fragments of all keys go in one transfer batch. Per key:
@@ -190,7 +214,8 @@ class PieceCalls:
         if not (n == len(ptr_lists) == len(size_lists) == len(off_lists)):
             return [INVALID_PARAMS] * n
         results = [INVALID_PARAMS] * n
-        good, counts = [], array(_SIZE_CODE)
+        good: List[int] = []
+        counts = array(_SIZE_CODE)
         ptrs, sizes, offs = array("Q"), array("Q"), array("Q")
         for i in range(n):
             try:
@@ -199,14 +224,14 @@ class PieceCalls:
                 continue
             if not len(ps) == len(ss) == len(os_):
                 continue
-            ps, ss, os_ = _ints(ps, 1 << 64), _ints(ss, 1 << 63), _ints(os_, 1 << 63)
-            if ps is None or ss is None or os_ is None:
+            pi, si, oi = _ints(ps, 1 << 64), _ints(ss, 1 << 63), _ints(os_, 1 << 63)
+            if pi is None or si is None or oi is None:
                 continue
             good.append(i)
-            counts.append(len(ps))
-            ptrs.extend(ps)
-            sizes.extend(ss)
-            offs.extend(os_)
+            counts.append(len(pi))
+            ptrs.extend(pi)
+            sizes.extend(si)
+            offs.extend(oi)
         if not good:
             return results
         res = _core.session_ranges(self._h, [enc[i] for i in good], counts, ptrs, sizes, offs)
@@ -215,7 +240,7 @@ class PieceCalls:
         return results
 
     # ---------------------------------------------------------------- replica descriptors
-    def batch_get_replica_desc(self, keys):
+    def batch_get_replica_desc(self, keys: Sequence[Key]) -> Dict[Key, List[ReplicaDescriptor]]:
         """``{key: [ReplicaDescriptor, ...]}`` for the keys that exist (complete memory
         replicas; missing keys are left out, as in Mooncake). Nothing stays held: the bytes
         may move or be freed after the call."""
@@ -227,13 +252,13 @@ class PieceCalls:
         found = _core.get_replicas(self._h, enc)
         if found is None:
             return {}
-        out = {}
+        out: Dict[Key, List[ReplicaDescriptor]] = {}
         for key, reps in zip(key_list, found):
             if reps:
                 out[key] = [ReplicaDescriptor(MemoryDescriptor(Descriptor(*r))) for r in reps]
         return out
 
-    def get_replica_desc(self, key):
+    def get_replica_desc(self, key: Key) -> List[ReplicaDescriptor]:
         """The key's replicas as ``[ReplicaDescriptor]`` (empty when it does not exist)."""
         _key_bytes(key)
         return next(iter(self.batch_get_replica_desc([key]).values()), [])

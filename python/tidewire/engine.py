@@ -34,10 +34,13 @@ does with ``"rdma"`` on a host without RDMA devices; ``MC_FORCE_TCP=1`` (or ``TW
 keeps it on TCP.
 """
 
+from __future__ import annotations
+
 import ctypes
 import enum
 import threading
 import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import _ffi
 from ._engine_memory import _MemoryMethods
@@ -45,7 +48,7 @@ from ._engine_util import (  # P2PHANDSHAKE and mooncake_code are public names o
     _FAILURES, _U64_END, P2PHANDSHAKE, _code, _conn_string, _topology_json, _transfer_timeout_s,
     mooncake_code)
 from ._errors import TidewireError
-from .core import Engine, RequestArray, gpu_devices
+from .core import Batch, Engine, Registration, RequestArray, gpu_devices
 
 __all__ = [
     "TransferEngine",
@@ -63,7 +66,7 @@ __all__ = [
 ]
 
 
-def _cuda_devices():
+def _cuda_devices() -> int:
     """Number of CUDA devices the library can use (0 without a driver or GPU)."""
     try:
         return gpu_devices()
@@ -97,19 +100,19 @@ class TransferNotify:
 
     __slots__ = ("name", "msg")
 
-    def __init__(self, name="", msg=""):
+    def __init__(self, name: str = "", msg: str = "") -> None:
         self.name = name
         self.msg = msg
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"TransferNotify(name={self.name!r}, msg={self.msg!r})"
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, TransferNotify):
             return NotImplemented
         return self.name == other.name and self.msg == other.msg
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((self.name, self.msg))
 
 
@@ -119,22 +122,25 @@ class TransferEngine(_MemoryMethods):
 
     TransferOpcode = TransferOpcode
 
-    def __init__(self):
+    def __init__(self) -> None:
         _ffi.library_path()  # a missing library fails here (LibraryNotFound)
-        self._engine = None  # a tidewire.Engine after initialize(); calls fail cleanly before
+        # A tidewire.Engine after initialize(); calls fail cleanly before.
+        self._engine: Optional[Engine] = None
         self._name = ""
         self._timeout_ns = _transfer_timeout_s() * 1_000_000_000
         self._timeout_ms = self._timeout_ns // 1_000_000
-        self._segs = {}  # segment name -> id
-        self._async = {}  # batch id -> (Batch, start ns, total bytes)
-        self._regs = {}  # address -> [Registration, ...] (an exact re-registration is counted)
-        self._managed = {}  # address -> length (shared buffers the engine allocated)
+        self._segs: Dict[str, int] = {}  # segment name -> id
+        self._async: Dict[int, Tuple[Batch, int, int]] = {}  # batch id -> (Batch, start ns, bytes)
+        # address -> [Registration, ...] (an exact re-registration is counted)
+        self._regs: Dict[int, List[Registration]] = {}
+        self._managed: Dict[int, int] = {}  # address -> length (shared buffers the engine made)
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------------------------------------
     # lifecycle
     # ----------------------------------------------------------------------------------------
-    def initialize(self, local_hostname, metadata_server, protocol, device_name):
+    def initialize(self, local_hostname: str, metadata_server: str, protocol: str,
+                   device_name: str) -> int:
         """Starts the engine. ``metadata_server``: ``"P2PHANDSHAKE"``, ``http://...``, or etcd
         (``etcd://h:p[;h:p...]`` or a bare ``h:p``).
 
@@ -143,8 +149,8 @@ class TransferEngine(_MemoryMethods):
         """
         return self._init(local_hostname, _conn_string(metadata_server), protocol, device_name)
 
-    def initialize_ext(self, local_hostname, metadata_server, protocol, device_name,
-                       metadata_type):
+    def initialize_ext(self, local_hostname: str, metadata_server: str, protocol: str,
+                       device_name: str, metadata_type: str) -> int:
         """As :meth:`initialize`, with the metadata scheme given apart (``"http"``, ...)."""
         if metadata_server == P2PHANDSHAKE or "://" in metadata_server:
             conn = metadata_server
@@ -152,7 +158,7 @@ class TransferEngine(_MemoryMethods):
             conn = f"{metadata_type}://{metadata_server}"
         return self._init(local_hostname, conn, protocol, device_name)
 
-    def _init(self, local_hostname, conn, protocol, device_name):
+    def _init(self, local_hostname: str, conn: str, protocol: str, device_name: str) -> int:
         for v in (local_hostname, conn, protocol, device_name):
             if not isinstance(v, str):
                 raise TypeError(f"expected str, got {type(v).__name__}")
@@ -167,15 +173,19 @@ class TransferEngine(_MemoryMethods):
         self._name = engine.name
         return 0
 
-    @property
-    def _off(self):
-        """True before initialize() and once close() started. The closed Engine is kept, not
-        dropped: a call racing close() then gets the engine's Shutdown error (answered as a
-        failure code), never a missing attribute."""
+    def _live(self) -> Optional[Engine]:
+        """The engine, or None before initialize() and once close() started. The closed Engine
+        is kept, not dropped: a call racing close() then gets the engine's Shutdown error
+        (answered as a failure code), never a missing attribute."""
         engine = self._engine
-        return engine is None or engine.closed
+        return None if engine is None or engine.closed else engine
 
-    def _shutdown_engine(self):
+    @property
+    def _off(self) -> bool:
+        """True before initialize() and once close() started (see :meth:`_live`)."""
+        return self._live() is None
+
+    def _shutdown_engine(self) -> None:
         engine = self._engine
         if engine is not None:
             engine.close()  # waits (bounded) for the calls other threads have in flight
@@ -184,86 +194,95 @@ class TransferEngine(_MemoryMethods):
         self._regs = {}
         self._managed = {}  # the engine released them when it closed
 
-    def close(self):
+    def close(self) -> None:
         """tidewire extension: stops the engine now (Mooncake stops it when the object is
         collected) and releases managed buffers. The object can be initialized again.
         Thread-safe: calls other threads have in flight are waited for (bounded) before the
         engine is freed; calls made meanwhile or later return their failure code."""
         self._shutdown_engine()
 
-    def __enter__(self):
+    def __enter__(self) -> TransferEngine:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._shutdown_engine()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self._shutdown_engine()
         except Exception:
             pass
 
-    def get_rpc_port(self):
+    def get_rpc_port(self) -> int:
         """The engine's RPC (handshake) port; -1 before :meth:`initialize`."""
-        return self._engine.rpc_port if not self._off else -1
+        engine = self._live()
+        return engine.rpc_port if engine is not None else -1
 
-    def get_segment_name(self):
+    def get_segment_name(self) -> str:
         """tidewire extension: the name peers open (``host:rpc_port`` in P2P mode)."""
         return self._name
 
-    def get_engine(self):
+    def get_engine(self) -> ctypes.c_void_p:
         """The native engine handle (a ``ctypes.c_void_p``; NULL before :meth:`initialize`)."""
-        return self._engine.handle if not self._off else ctypes.c_void_p()
+        engine = self._live()
+        return engine.handle if engine is not None else ctypes.c_void_p()
 
-    def get_engine_ptr(self):
+    def get_engine_ptr(self) -> int:
         """The native engine handle as an int (0 before :meth:`initialize`)."""
         return self.get_engine().value or 0
 
     # ----------------------------------------------------------------------------------------
     # helpers
     # ----------------------------------------------------------------------------------------
-    def _segment(self, target_hostname):
+    def _segment(self, target_hostname: str) -> int:
         """Cached segment id for a name, or -1."""
         seg = self._segs.get(target_hostname)
         if seg is not None:
             return seg
         if not isinstance(target_hostname, str):
             raise TypeError(f"target_hostname must be str, not {type(target_hostname).__name__}")
-        if self._off:
+        engine = self._live()
+        if engine is None:
             return -1
         try:
-            seg = self._engine.open_segment(target_hostname).id
+            seg = engine.open_segment(target_hostname).id
         except TidewireError:
             return -1
         self._segs[target_hostname] = seg
         return seg
 
     @property
-    def _orphans(self):
+    def _orphans(self) -> List[int]:
         """Batches abandoned after a timeout and not freed yet (freed by later calls)."""
-        return self._engine.parked if not self._off else []
+        engine = self._live()
+        return engine.parked if engine is not None else []
 
-    def _reap(self):
-        if not self._off:
-            self._engine.reap()
+    def _reap(self) -> None:
+        engine = self._live()
+        if engine is not None:
+            engine.reap()
 
-    def _sync_one(self, target_hostname, buffer, peer_buffer_address, length, opcode, notify):
+    def _sync_one(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                  opcode: int, notify: Optional[TransferNotify]) -> int:
         seg = self._segs.get(target_hostname)
         if seg is None:
             seg = self._segment(target_hostname)
             if seg < 0:
                 return -1
+        engine = self._engine
+        assert engine is not None  # set before any segment id was cached (close keeps it)
         try:
             # Engine.read/write without their argument conversion (the hot path).
-            self._engine._one(opcode, seg, buffer, peer_buffer_address, length,
+            engine._one(opcode, seg, buffer, peer_buffer_address, length,
                               self._timeout_ms + length // 1_000_000,
                               None if notify is None else (notify.name, notify.msg))
         except _FAILURES:
             return -1
         return 0
 
-    def _sync_many(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode,
-                   notify):
+    def _sync_many(self, target_hostname: str, buffers: Sequence[int],
+                   peer_buffer_addresses: Sequence[int], lengths: Sequence[int], opcode: int,
+                   notify: Optional[TransferNotify]) -> int:
         n = len(buffers)
         if len(peer_buffer_addresses) != n or len(lengths) != n:
             return -1
@@ -282,24 +301,30 @@ class TransferEngine(_MemoryMethods):
                 return -1
         if n == 0 and notify is not None:
             return -1  # Mooncake: a notify needs at least one request
+        engine = self._engine
+        assert engine is not None  # set before any segment id was cached (close keeps it)
         try:
             reqs = RequestArray(int(opcode), seg, buffers, peer_buffer_addresses, lengths)
-            self._engine.transfer(reqs, (self._timeout_ms + reqs.total_bytes // 1_000_000) / 1000,
+            engine.transfer(reqs, (self._timeout_ms + reqs.total_bytes // 1_000_000) / 1000,
                                   None if notify is None else (notify.name, notify.msg))
         except _FAILURES:
             return -1
         return 0
 
-    def _async_many(self, target_hostname, buffers, peer_buffer_addresses, lengths, opcode):
+    def _async_many(self, target_hostname: str, buffers: Sequence[int],
+                    peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                    opcode: int) -> int:
         n = len(buffers)
         seg = self._segment(target_hostname)
         if seg < 0:
             return 0
         if len(peer_buffer_addresses) != n or len(lengths) != n:
             return 0
+        engine = self._engine
+        assert engine is not None  # set before any segment id was cached (close keeps it)
         try:
             reqs = RequestArray(int(opcode), seg, buffers, peer_buffer_addresses, lengths)
-            batch = self._engine.batch(n)
+            batch = engine.batch(n)
         except _FAILURES:
             return 0
         start = time.monotonic_ns()
@@ -314,18 +339,22 @@ class TransferEngine(_MemoryMethods):
     # ----------------------------------------------------------------------------------------
     # sync transfers
     # ----------------------------------------------------------------------------------------
-    def transfer_sync_write(self, target_hostname, buffer, peer_buffer_address, length,
-                            transport_hint=""):
+    def transfer_sync_write(self, target_hostname: str, buffer: int,
+                            peer_buffer_address: int, length: int,
+                            transport_hint: str = "") -> int:
         """Writes ``length`` bytes from local ``buffer`` to ``peer_buffer_address``. 0 / -1."""
         return self._sync_one(target_hostname, buffer, peer_buffer_address, length, 1, None)
 
-    def transfer_sync_read(self, target_hostname, buffer, peer_buffer_address, length,
-                           transport_hint=""):
+    def transfer_sync_read(self, target_hostname: str, buffer: int,
+                           peer_buffer_address: int, length: int,
+                           transport_hint: str = "") -> int:
         """Reads ``length`` bytes from ``peer_buffer_address`` into local ``buffer``. 0 / -1."""
         return self._sync_one(target_hostname, buffer, peer_buffer_address, length, 0, None)
 
-    def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode,
-                      notify=None, transport_hint=""):
+    def transfer_sync(self, target_hostname: str, buffer: int,
+                      peer_buffer_address: int, length: int,
+                      opcode: int, notify: Optional[TransferNotify] = None,
+                      transport_hint: str = "") -> int:
         """One transfer in direction ``opcode``; ``notify`` is delivered to the target once the
         transfer has completed. 0 / -1."""
         op = int(opcode)
@@ -333,18 +362,23 @@ class TransferEngine(_MemoryMethods):
             return -1
         return self._sync_one(target_hostname, buffer, peer_buffer_address, length, op, notify)
 
-    def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses, lengths,
-                                  transport_hint=""):
+    def batch_transfer_sync_write(self, target_hostname: str, buffers: Sequence[int],
+                                  peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                  transport_hint: str = "") -> int:
         """Writes every ``(buffers[i], peer_buffer_addresses[i], lengths[i])``. 0 / -1."""
         return self._sync_many(target_hostname, buffers, peer_buffer_addresses, lengths, 1, None)
 
-    def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses, lengths,
-                                 transport_hint=""):
+    def batch_transfer_sync_read(self, target_hostname: str, buffers: Sequence[int],
+                                 peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                 transport_hint: str = "") -> int:
         """Reads every ``(buffers[i], peer_buffer_addresses[i], lengths[i])``. 0 / -1."""
         return self._sync_many(target_hostname, buffers, peer_buffer_addresses, lengths, 0, None)
 
-    def batch_transfer_sync(self, target_hostname, buffers, peer_buffer_addresses, lengths,
-                            opcode, notify=None, transport_hint=""):
+    def batch_transfer_sync(self, target_hostname: str, buffers: Sequence[int],
+                            peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                            opcode: int,
+                            notify: Optional[TransferNotify] = None,
+                            transport_hint: str = "") -> int:
         """A batch in direction ``opcode``, with an optional completion notify. 0 / -1."""
         op = int(opcode)
         if op not in (0, 1):
@@ -355,30 +389,35 @@ class TransferEngine(_MemoryMethods):
     # ----------------------------------------------------------------------------------------
     # async transfers
     # ----------------------------------------------------------------------------------------
-    def batch_transfer_async_write(self, target_hostname, buffers, peer_buffer_addresses, lengths,
-                                   transport_hint=""):
+    def batch_transfer_async_write(self, target_hostname: str, buffers: Sequence[int],
+                                   peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                   transport_hint: str = "") -> int:
         """Submits a WRITE batch; returns its id, or 0 on failure."""
         return self._async_many(target_hostname, buffers, peer_buffer_addresses, lengths, 1)
 
-    def batch_transfer_async_read(self, target_hostname, buffers, peer_buffer_addresses, lengths,
-                                  transport_hint=""):
+    def batch_transfer_async_read(self, target_hostname: str, buffers: Sequence[int],
+                                  peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                  transport_hint: str = "") -> int:
         """Submits a READ batch; returns its id, or 0 on failure."""
         return self._async_many(target_hostname, buffers, peer_buffer_addresses, lengths, 0)
 
-    def batch_transfer_async(self, target_hostname, buffers, peer_buffer_addresses, lengths,
-                             opcode, transport_hint=""):
+    def batch_transfer_async(self, target_hostname: str, buffers: Sequence[int],
+                             peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                             opcode: int,
+                             transport_hint: str = "") -> int:
         """Submits a batch in direction ``opcode``; returns its id, or 0 on failure."""
         op = int(opcode)
         if op not in (0, 1):
             return 0
         return self._async_many(target_hostname, buffers, peer_buffer_addresses, lengths, op)
 
-    def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length,
-                              transport_hint=""):
+    def transfer_submit_write(self, target_hostname: str, buffer: int,
+                              peer_buffer_address: int, length: int,
+                              transport_hint: str = "") -> int:
         """Submits one WRITE; returns its batch id, or 0 on failure."""
         return self._async_many(target_hostname, [buffer], [peer_buffer_address], [length], 1)
 
-    def transfer_check_status(self, batch_id):
+    def transfer_check_status(self, batch_id: int) -> int:
         """1 completed, -1 failed, -2 timed out, 0 still running. A terminal answer frees the
         batch. Unlike Mooncake (task 0 only) every task of the batch counts."""
         info = self._async.get(batch_id)
@@ -395,7 +434,7 @@ class TransferEngine(_MemoryMethods):
         batch.discard()
         return result
 
-    def get_batch_transfer_status(self, batch_ids):
+    def get_batch_transfer_status(self, batch_ids: Iterable[int]) -> int:
         """Blocks until every batch completed (0) or one failed or timed out (-1); frees all."""
         failed = False
         for bid in list(batch_ids):
@@ -411,95 +450,104 @@ class TransferEngine(_MemoryMethods):
                 except TidewireError:
                     failed = True
             batch.discard()
-        if not self._off:
-            self._engine.reap()
+        self._reap()
         return -1 if failed else 0
 
     # ----------------------------------------------------------------------------------------
     # stream-ordered transfers (Mooncake's CUDA-build methods)
     # ----------------------------------------------------------------------------------------
-    def _on_cuda(self, target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr,
-                 opcode):
+    def _on_cuda(self, target_hostname: str, buffers: Sequence[int],
+                 peer_buffer_addresses: Sequence[int], lengths: Sequence[int], stream_ptr: int,
+                 opcode: int) -> None:
         """Enqueues the transfer on a CUDA stream: it starts when the stream reaches this point
         and later work on the stream waits for it. Unlike Mooncake, a failure never exits the
         process: bad input raises RuntimeError, a later failure is logged (and the stream
         still proceeds)."""
         if not (len(buffers) == len(peer_buffer_addresses) == len(lengths)):
             raise RuntimeError("buffers, peer_buffer_addresses and lengths differ in length")
-        if self._off:
+        engine = self._live()
+        if engine is None:
             raise RuntimeError("the engine is not initialized")
         seg = self._segs.get(target_hostname)
         try:
             if seg is None:
-                seg = self._engine.open_segment(target_hostname).id
+                seg = engine.open_segment(target_hostname).id
                 self._segs[target_hostname] = seg
             reqs = RequestArray(int(opcode), seg, buffers, peer_buffer_addresses, lengths)
-            self._engine.transfer_on_stream(reqs, stream_ptr, track=False)
+            engine.transfer_on_stream(reqs, stream_ptr, track=False)
         except _FAILURES as e:
             raise RuntimeError(f"transfer on CUDA stream failed: {e}") from e
 
-    def transfer_write_on_cuda(self, target_hostname, buffer, peer_buffer_address, length,
-                               stream_ptr=0, transport_hint=""):
+    def transfer_write_on_cuda(self, target_hostname: str, buffer: int,
+                               peer_buffer_address: int, length: int,
+                               stream_ptr: int = 0, transport_hint: str = "") -> None:
         """WRITE ``length`` bytes in stream order on ``stream_ptr`` (a ``cudaStream_t``)."""
         self._on_cuda(target_hostname, [buffer], [peer_buffer_address], [length], stream_ptr, 1)
 
-    def transfer_read_on_cuda(self, target_hostname, buffer, peer_buffer_address, length,
-                              stream_ptr=0, transport_hint=""):
+    def transfer_read_on_cuda(self, target_hostname: str, buffer: int,
+                              peer_buffer_address: int, length: int,
+                              stream_ptr: int = 0, transport_hint: str = "") -> None:
         """READ ``length`` bytes in stream order on ``stream_ptr`` (a ``cudaStream_t``)."""
         self._on_cuda(target_hostname, [buffer], [peer_buffer_address], [length], stream_ptr, 0)
 
-    def batch_transfer_write_on_cuda(self, target_hostname, buffers, peer_buffer_addresses,
-                                     lengths, stream_ptr=0, transport_hint=""):
+    def batch_transfer_write_on_cuda(self, target_hostname: str, buffers: Sequence[int],
+                                     peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                     stream_ptr: int = 0, transport_hint: str = "") -> None:
         """Batched :meth:`transfer_write_on_cuda`."""
         self._on_cuda(target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr, 1)
 
-    def batch_transfer_read_on_cuda(self, target_hostname, buffers, peer_buffer_addresses,
-                                    lengths, stream_ptr=0, transport_hint=""):
+    def batch_transfer_read_on_cuda(self, target_hostname: str, buffers: Sequence[int],
+                                    peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                    stream_ptr: int = 0, transport_hint: str = "") -> None:
         """Batched :meth:`transfer_read_on_cuda`."""
         self._on_cuda(target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr, 0)
 
     # ----------------------------------------------------------------------------------------
     # segments, notifications, misc
     # ----------------------------------------------------------------------------------------
-    def get_first_buffer_address(self, segment_name):
+    def get_first_buffer_address(self, segment_name: str) -> int:
         """Address of the first buffer the peer ``segment_name`` registered, or 0."""
         seg = self._segment(segment_name)
         if seg < 0:
             return 0
+        engine = self._engine
+        assert engine is not None  # set before any segment id was cached (close keeps it)
         try:
-            desc = self._engine.descriptor(seg)
+            desc = engine.descriptor(seg)
             if not desc.get("buffers"):
-                self._engine.refresh_segment(seg)
-                desc = self._engine.descriptor(seg)
+                engine.refresh_segment(seg)
+                desc = engine.descriptor(seg)
             return int(desc["buffers"][0]["addr"])
         except (TidewireError, TypeError, KeyError, IndexError, ValueError, AttributeError):
             return 0
 
-    def get_notifies(self):
+    def get_notifies(self) -> List[TransferNotify]:
         """Takes every notification received so far (a list of :class:`TransferNotify`)."""
-        if self._off:
+        engine = self._live()
+        if engine is None:
             return []
         try:
-            return [TransferNotify(n.name, n.msg) for n in self._engine.take_notifications()]
+            return [TransferNotify(n.name, n.msg) for n in engine.take_notifications()]
         except TidewireError:
             return []
 
-    def send_probe(self, peer_server_name):
+    def send_probe(self, peer_server_name: str) -> int:
         """Probes a peer's RPC port: 0, or a negative error.h code (-102 unreachable)."""
         if not isinstance(peer_server_name, str):
             raise TypeError("peer_server_name must be str")
-        if self._off:
+        engine = self._live()
+        if engine is None:
             return -1
         try:
-            self._engine.probe(peer_server_name)
+            engine.probe(peer_server_name)
         except TidewireError as e:
             return _code(e)
         return 0
 
-    def get_local_topology(self, device_name=None):
+    def get_local_topology(self, device_name: Optional[str] = None) -> str:
         """Topology JSON in Mooncake's format: every NUMA node, no RDMA devices."""
         return _topology_json()
 
-    def warmup_efa_segment(self, segment_name):
+    def warmup_efa_segment(self, segment_name: str) -> int:
         """No EFA here: returns 0."""
         return 0

@@ -37,22 +37,27 @@ expired, -800 transfer failed, -900 master unreachable, -901 master timeout.
 Every call into the library releases the GIL (ctypes), so threads overlap their transfers.
 """
 
+from __future__ import annotations
+
 import functools
 import operator
 import os
 import threading
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _ffi
 from . import _store_core as _core
 from . import _store_setup as _setup_args
 from . import _store_wire
 from ._store_args import (
-    _BYTES_MAX, _address, _bytes_address, _c_buffers, _key_bytes, _key_list, _new_bytes,
-    _ptrs_ok, _sizes_ok,
+    _BYTES_MAX, Key, Value, _address, _bytes_address, _c_buffers, _key_bytes, _key_list,
+    _new_bytes, _ptrs_ok, _sizes_ok,
 )
 from ._store_config import ObjectDataType, ReplicateConfig, SoftPinAction
 from ._store_dummy import _LOCAL_IN_DUMMY, DummyLink, NotShared, _check_keys, _decode, _failed
 from ._store_dummy import ENCODE as _DUMMY_ENCODE
+from ._store_ffi import StoreValue
 from ._store_pieces import PieceCalls
 from ._store_tensor import TensorCalls
 from ._store_types import (
@@ -79,15 +84,15 @@ _MiB = 1024 * 1024
 class MooncakeDistributedStore(PieceCalls, TensorCalls):
     """A store client: contributes a segment to the pool and reads/writes objects."""
 
-    def __init__(self):
-        self._h = None
+    def __init__(self) -> None:
+        self._h: _core.Handle = None
         self._cv = threading.Condition()
         self._busy = 0
         self._hostname = ""
-        self._dummy = None
+        self._dummy: Optional[DummyLink] = None
 
     # ---------------------------------------------------------------- lifecycle
-    def setup(self, *args, **kwargs):
+    def setup(self, *args: Any, **kwargs: Any) -> int:
         """Starts the client. Mooncake's two forms:
 
         - ``setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
@@ -121,7 +126,7 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             self.last_error = str(e)
             return INVALID_PARAMS
 
-        def enc(k, default=""):
+        def enc(k: str, default: str = "") -> bytes:
             v = cfg.get(k)
             return str(v if v not in (None, "") else default).encode()
 
@@ -143,7 +148,8 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             self._hostname = name
         return 0
 
-    def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
+    def setup_dummy(self, mem_pool_size: int, local_buffer_size: int,
+                    server_address: str) -> int:
         """Starts a dummy client (Mooncake's standalone-storage form): no engine or segment of
         its own; every call goes to the real client process at ``server_address``
         (``host:port``, on this host: ``python -m tidewire.store_server``). Zero-copy calls
@@ -172,7 +178,7 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
         self._pool_at, self._pool_size = 0, int(mem_pool_size)
         return 0
 
-    def alloc_from_mem_pool(self, size):
+    def alloc_from_mem_pool(self, size: int) -> int:
         """An address of ``size`` bytes from the dummy client's pool (``setup_dummy``'s
         ``mem_pool_size``), handed out in order and never reused; 0 when it does not fit or this
         is not a dummy client."""
@@ -185,7 +191,7 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             self._pool_at = at + size
         return self._pool + at
 
-    def _forward(self, name, args, kwargs):
+    def _forward(self, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """A dummy client's call, run by its real client."""
         _check_keys(name, args, kwargs)
         encode = _DUMMY_ENCODE.get(name)
@@ -198,6 +204,7 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             self.last_error = str(e)
             return _failed(name, args, INVALID_PARAMS)
         link = self._dummy
+        assert link is not None  # only called for a dummy client
         try:
             for rid, (_addr, size, fd) in shared_regions().items():
                 if rid not in link.shared and link.share(rid, fd, size) != 0:
@@ -212,7 +219,7 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             return _failed(name, args, rep.get("rc", INTERNAL_ERROR))
         return _decode(name, rep["r"])
 
-    def close(self):
+    def close(self) -> int:
         """Unmounts this client's segment (its objects go with it) and stops. Returns 0."""
         if self._dummy is not None:
             self._dummy.close()
@@ -225,24 +232,24 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             _core.free(h)
         return 0
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # interpreter shutdown
             pass
 
-    def health_check(self):
+    def health_check(self) -> int:
         """0 healthy, 1 not initialised, 2 master unreachable."""
         if self._h is None:
             return 1
         return _core.health_check(self._h)
 
-    def get_hostname(self):
+    def get_hostname(self) -> str:
         """This client's endpoint ``ip:port`` (its segment name)."""
         return self._hostname
 
     # ---------------------------------------------------------------- registration
-    def register_buffer(self, buffer_ptr, size):
+    def register_buffer(self, buffer_ptr: int, size: int) -> int:
         """Registers caller memory for the zero-copy calls. 0 or a negative code. In a dummy
         client the memory must come from ``MooncakeHostMemAllocator`` (-600 otherwise)."""
         if self._dummy is not None:
@@ -258,7 +265,7 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             return INVALID_PARAMS
         return _core.register_buffer(self._h, operator.index(buffer_ptr), operator.index(size))
 
-    def unregister_buffer(self, buffer_ptr):
+    def unregister_buffer(self, buffer_ptr: int) -> int:
         """Drops a registration. 0 or a negative code."""
         if self._dummy is not None:
             return 0
@@ -269,7 +276,8 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
         return _core.unregister_buffer(self._h, operator.index(buffer_ptr))
 
     # ---------------------------------------------------------------- writes
-    def _settled_by_args(self, keys, ptrs, sizes):
+    def _settled_by_args(self, keys: Sequence[bytes], ptrs: Sequence[Any],
+                         sizes: Sequence[Any]) -> Optional[List[int]]:
         """The per-key result a zero-copy batch's arguments settle by themselves: INTERNAL_ERROR
         without a handle, INVALID_PARAMS for mismatched lengths or a bad address or size, []
         for no keys; None when the batch has to run."""
@@ -282,7 +290,8 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             return []
         return None
 
-    def _put(self, enc, ptrs, sizes, upsert, copy, config):
+    def _put(self, enc: List[bytes], ptrs: List[Any], sizes: List[Any], upsert: bool, copy: bool,
+             config: Optional[ReplicateConfig]) -> List[int]:
         """Writes the encoded keys ``enc`` (see ``_key_list``)."""
         settled = self._settled_by_args(enc, ptrs, sizes)
         if settled is not None:
@@ -294,107 +303,119 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             return [INVALID_PARAMS] * n
         return _core.put(self._h, enc, cptrs, csizes, upsert, copy, cfg)
 
-    def _put_values(self, enc, values, upsert, config):
+    def _put_values(self, enc: List[bytes], values: Sequence[Value], upsert: bool,
+                    config: Optional[ReplicateConfig]) -> List[int]:
         addrs = [_address(v) for v in values]
         return self._put(enc, [a[0] for a in addrs], [a[1] for a in addrs], upsert, True, config)
 
     @staticmethod
-    def _first_error(codes):
+    def _first_error(codes: Sequence[int]) -> int:
         return next((c for c in codes if c != 0), 0)
 
-    def put(self, key, value, config=None):
+    def put(self, key: Key, value: Value, config: Optional[ReplicateConfig] = None) -> int:
         """Create-only put of a bytes-like value (copied through the local buffer)."""
         return self._put_values([_key_bytes(key)], [value], False, config)[0]
 
-    def upsert(self, key, value, config=None):
+    def upsert(self, key: Key, value: Value, config: Optional[ReplicateConfig] = None) -> int:
         """Create-or-replace of a bytes-like value."""
         return self._put_values([_key_bytes(key)], [value], True, config)[0]
 
-    def put_batch(self, keys, values, config=None):
+    def put_batch(self, keys: Sequence[Key], values: Sequence[Value],
+                  config: Optional[ReplicateConfig] = None) -> int:
         """Create-only put of several values; one code for the batch."""
         enc = _key_list(keys)
         if len(enc) != len(values):
             return INVALID_PARAMS
         return self._first_error(self._put_values(enc, values, False, config))
 
-    def upsert_batch(self, keys, values, config=None):
+    def upsert_batch(self, keys: Sequence[Key], values: Sequence[Value],
+                     config: Optional[ReplicateConfig] = None) -> int:
         """Create-or-replace of several values; one code for the batch."""
         enc = _key_list(keys)
         if len(enc) != len(values):
             return INVALID_PARAMS
         return self._first_error(self._put_values(enc, values, True, config))
 
-    def put_parts(self, key, *parts, config=None):
+    def put_parts(self, key: Key, *parts: Value, config: Optional[ReplicateConfig] = None) -> int:
         """Create-only put of the concatenation of ``parts``."""
         _key_bytes(key)
         return self.put(key, b"".join(bytes(memoryview(p)) for p in parts), config)
 
-    def upsert_parts(self, key, *parts, config=None):
+    def upsert_parts(self, key: Key, *parts: Value,
+                     config: Optional[ReplicateConfig] = None) -> int:
         """Create-or-replace with the concatenation of ``parts``."""
         _key_bytes(key)
         return self.upsert(key, b"".join(bytes(memoryview(p)) for p in parts), config)
 
-    def put_from(self, key, buffer_ptr, size, config=None):
+    def put_from(self, key: Key, buffer_ptr: int, size: int,
+                 config: Optional[ReplicateConfig] = None) -> int:
         """Zero-copy create-only put from caller memory."""
         return self._put([_key_bytes(key)], [buffer_ptr], [size], False, False, config)[0]
 
-    def upsert_from(self, key, buffer_ptr, size, config=None):
+    def upsert_from(self, key: Key, buffer_ptr: int, size: int,
+                    config: Optional[ReplicateConfig] = None) -> int:
         """Zero-copy create-or-replace from caller memory."""
         return self._put([_key_bytes(key)], [buffer_ptr], [size], True, False, config)[0]
 
-    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+    def batch_put_from(self, keys: Sequence[Key], buffer_ptrs: Sequence[int],
+                       sizes: Sequence[int], config: Optional[ReplicateConfig] = None) -> List[int]:
         """Zero-copy create-only puts; one code per key."""
         return self._put(_key_list(keys), list(buffer_ptrs), list(sizes), False, False, config)
 
-    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+    def batch_upsert_from(self, keys: Sequence[Key], buffer_ptrs: Sequence[int],
+                          sizes: Sequence[int],
+                          config: Optional[ReplicateConfig] = None) -> List[int]:
         """Zero-copy create-or-replace; one code per key."""
         return self._put(_key_list(keys), list(buffer_ptrs), list(sizes), True, False, config)
 
     # ---------------------------------------------------------------- reads
-    def batch_get_into(self, keys, buffer_ptrs, sizes):
+    def batch_get_into(self, keys: Sequence[Key], buffer_ptrs: Sequence[int],
+                       sizes: Sequence[int]) -> List[int]:
         """Reads each key into caller memory; bytes read or a negative code per key."""
         return self._get_into(_key_list(keys), buffer_ptrs, sizes)
 
-    def _get_into(self, enc, buffer_ptrs, sizes):
-        ptrs, sizes = list(buffer_ptrs), list(sizes)
-        settled = self._settled_by_args(enc, ptrs, sizes)
+    def _get_into(self, enc: List[bytes], buffer_ptrs: Sequence[Any],
+                  sizes: Sequence[Any]) -> List[int]:
+        ptrs, size_list = list(buffer_ptrs), list(sizes)
+        settled = self._settled_by_args(enc, ptrs, size_list)
         if settled is not None:
             return settled
-        cptrs, csizes = _c_buffers(ptrs, sizes)
+        cptrs, csizes = _c_buffers(ptrs, size_list)
         return _core.get_into(self._h, enc, cptrs, csizes)
 
-    def get_into(self, key, buffer_ptr, size):
+    def get_into(self, key: Key, buffer_ptr: int, size: int) -> int:
         """Reads one key into caller memory: bytes read or a negative code."""
         return self._get_into([_key_bytes(key)], [buffer_ptr], [size])[0]
 
-    def _get_values(self, enc):
+    def _get_values(self, enc: List[bytes]) -> Tuple[List[Optional[StoreValue]], List[int]]:
         n = len(enc)
         if self._h is None or n == 0:
             return [None] * n, [INTERNAL_ERROR] * n
         return _core.get_copy(self._h, enc)
 
-    def get_batch(self, keys):
+    def get_batch(self, keys: Sequence[Key]) -> List[bytes]:
         """Values of several keys; ``b''`` for a missing (or failed) key.
 
         Each ``bytes`` is created empty once its size is known and the value is read straight
         into it (one copy, no staging); it escapes to the caller only after it is filled."""
         return self._get_batch(_key_list(keys))
 
-    def _get_batch(self, enc):
+    def _get_batch(self, enc: List[bytes]) -> List[bytes]:
         got = self._get_made(enc, lambda size: (lambda b: (b, _bytes_address(b)))(
             _new_bytes(None, size)) if size < _BYTES_MAX else None)
         return [b"" if g is None else g for g in got]
 
-    def _get_made(self, enc, make):
+    def _get_made(self, enc: List[bytes],
+                  make: Callable[[int], Optional[Tuple[Any, int]]]) -> List[Any]:
         """Reads each key into memory ``make(size)`` creates once the value's size is known
         (``(object, address)``, or None to fail the key): per key the object, filled, or None
         (missing, failed, or ``make`` refused or raised)."""
         n = len(enc)
         if self._h is None or n == 0:
             return [None] * n
-        made = [None] * n
+        made: List[Optional[Tuple[Any, int]]] = [None] * n
 
-        def alloc(_ctx, i, size):
+        def alloc(_ctx: Any, i: int, size: int) -> Optional[int]:
             try:
                 if i >= n:
                     return None
@@ -409,23 +430,23 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
         res = _core.get_sized(self._h, enc, alloc)
         if res is None:
             return [None] * n
-        return [made[i][0] if res[i] >= 0 and made[i] is not None else None for i in range(n)]
+        return [m[0] if r >= 0 and m is not None else None for r, m in zip(res, made)]
 
-    def get(self, key):
+    def get(self, key: Key) -> bytes:
         """Value of one key; ``b''`` when missing."""
         return self._get_batch([_key_bytes(key)])[0]
 
-    def get_buffer(self, key):
+    def get_buffer(self, key: Key) -> Optional[BufferHandle]:
         """A :class:`BufferHandle` over the value, or ``None`` when missing."""
         vals, _ = self._get_values([_key_bytes(key)])
         return handle_of(vals[0]) if vals[0] is not None else None
 
-    def batch_get_buffer(self, keys):
+    def batch_get_buffer(self, keys: Sequence[Key]) -> List[Optional[BufferHandle]]:
         """:class:`BufferHandle` per key (``None`` for misses)."""
         vals, _ = self._get_values(_key_list(keys))
         return [handle_of(v) if v is not None else None for v in vals]
 
-    def get_size(self, key):
+    def get_size(self, key: Key) -> int:
         """Size of the value, or a negative code (-704 missing, and for the empty key as in
         Mooncake)."""
         k = _key_bytes(key)
@@ -436,11 +457,11 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
         return _core.get_size(self._h, k)
 
     # ---------------------------------------------------------------- existence, removal
-    def batch_is_exist(self, keys):
+    def batch_is_exist(self, keys: Sequence[Key]) -> List[int]:
         """1 present, 0 absent, -1 error, per key."""
         return self._exist(_key_list(keys))
 
-    def _exist(self, enc):
+    def _exist(self, enc: List[bytes]) -> List[int]:
         n = len(enc)
         if self._h is None:
             return [-1] * n
@@ -455,15 +476,15 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
         # The empty key is absent (Mooncake), not a bad key.
         return [r if r in (0, 1) else 0 if not k else -1 for r, k in zip(out, enc)]
 
-    def is_exist(self, key):
+    def is_exist(self, key: Key) -> int:
         """1 present, 0 absent, -1 error."""
         return self._exist([_key_bytes(key)])[0]
 
-    def batch_remove(self, keys, force=False):
+    def batch_remove(self, keys: Sequence[Key], force: bool = False) -> List[int]:
         """Removes keys; per key 0, -704 missing, -706 leased (unless ``force``)."""
         return self._remove(_key_list(keys), force)
 
-    def _remove(self, enc, force):
+    def _remove(self, enc: List[bytes], force: bool) -> List[int]:
         n = len(enc)
         if self._h is None:
             return [INTERNAL_ERROR] * n
@@ -475,11 +496,11 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
         # The empty key is not found (Mooncake), not a bad key.
         return [OBJECT_NOT_FOUND if not k else r for r, k in zip(res, enc)]
 
-    def remove(self, key, force=False):
+    def remove(self, key: Key, force: bool = False) -> int:
         """Removes one key: 0, -704 missing, -706 leased (unless ``force``)."""
         return self._remove([_key_bytes(key)], force)[0]
 
-    def remove_by_regex(self, pattern, force=False):
+    def remove_by_regex(self, pattern: Union[str, bytes, bytearray], force: bool = False) -> int:
         """Removes keys matching ``pattern``; the count removed, or a negative code. A pattern
         that is not ``str`` (or ``bytes``) raises ``TypeError``, as a key does."""
         if isinstance(pattern, (bytes, bytearray)):
@@ -492,20 +513,20 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             return INTERNAL_ERROR
         return _core.remove_by_regex(self._h, p, force)
 
-    def remove_all(self, force=False):
+    def remove_all(self, force: bool = False) -> int:
         """Removes every key; the count removed, or a negative code."""
         if self._h is None:
             return INTERNAL_ERROR
         return _core.remove_all(self._h, force)
 
 
-def _counted(fn):
+def _counted(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Counts the call as in flight, so ``close`` waits for it before freeing the handle."""
 
     name = fn.__name__
 
     @functools.wraps(fn)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: MooncakeDistributedStore, *args: Any, **kwargs: Any) -> Any:
         if self._dummy is not None and name not in _LOCAL_IN_DUMMY:
             return self._forward(name, args, kwargs)
         with self._cv:
@@ -538,7 +559,7 @@ for _name in [
 del _name
 
 
-def install_as_mooncake():
+def install_as_mooncake() -> ModuleType:
     """Makes ``import mooncake.store`` (and ``from mooncake.store import ...``) resolve to this
     module, so code written for Mooncake Store (TransferQueue's ``MooncakeStoreClient``) runs on
     tidewire unchanged. Call it once before that code imports ``mooncake.store``. An installed
@@ -557,5 +578,5 @@ def install_as_mooncake():
             parent.__path__ = []
             sys.modules["mooncake"] = parent
     sys.modules["mooncake.store"] = me
-    parent.store = me
+    setattr(parent, "store", me)
     return me
