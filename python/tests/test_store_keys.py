@@ -329,3 +329,23 @@ def test_a_non_str_pattern_raises_type_error(store):
         s.remove_by_regex(5)
     assert s.put("re\0x", b"1") == 0
     assert s.remove_by_regex("^re\\x00x$", True) == 1
+
+
+@pytest.mark.parametrize("keys", [
+    [""], ["", ""], ["", "a"], ["a", ""], ["ab", "cd"], ["é", "a\0b"], ["x", b"y"],
+    ["%064x" % i for i in range(100)], [f"k{i}" for i in range(300)],
+])
+def test_packed_keys_point_at_every_key(keys):
+    """The key arrays the library reads (one NUL-joined buffer for lists of str, fixed-length
+    keys by a stride) hold every key's bytes at its pointer, empty keys included."""
+    import ctypes
+    from tidewire._store_args import _c_keys, _key_list
+    enc = _key_list(keys)
+    assert enc == [k.encode("utf-8", "surrogatepass") if isinstance(k, str) else k
+                   for k in keys]
+    ptrs, lens, keep = _c_keys(enc)
+    blob, ptr_array, len_array = keep
+    assert len(ptr_array) == len(len_array) == len(enc)
+    at = ctypes.cast(ptrs, ctypes.POINTER(ctypes.c_void_p))
+    got = [ctypes.string_at(at[i] or 0, lens[i]) for i in range(len(enc))]
+    assert got == enc

@@ -113,7 +113,7 @@ def _c_keys(enc):
         if len(blob) == len(enc) * (first + 1) - 1 and len(set(map(len, enc))) == 1:
             # One length for all (hashes, the serving stacks' keys): no per-key arithmetic.
             lens = array(_SIZE_CODE, (first,)) * len(enc)
-            ptrs = array(_PTR_CODE, range(base, base + len(blob), first + 1))
+            ptrs = array(_PTR_CODE, range(base, base + len(enc) * (first + 1), first + 1))
         else:
             lens = array(_SIZE_CODE, map(len, enc))
             ptrs = array(_PTR_CODE, itertools.accumulate(map(_plus_one, lens[:-1]), initial=base))
