@@ -30,6 +30,14 @@ int main(void) {
     CHECK_RC(tw_store_hostname(client, host, sizeof host), TW_STORE_OK);
     CHECK(strncmp(host, "127.0.0.1:", 10) == 0, "hostname is 127.0.0.1:port");
     CHECK_RC(tw_store_hostname(client, host, 3), TW_STORE_BUFFER_OVERFLOW);
+    /* One code space with tw_result: the two codes whose Mooncake numbers are tw_result numbers
+       are the TW_ERR_* codes of the same meaning; the others have their own names. */
+    CHECK(TW_STORE_BUFFER_OVERFLOW == TW_ERR_BUFFER_TOO_SMALL, "BUFFER_OVERFLOW is TOO_SMALL");
+    CHECK(TW_STORE_INTERNAL_ERROR == TW_ERR_INTERNAL, "INTERNAL_ERROR is TW_ERR_INTERNAL");
+    CHECK(strcmp(tw_result_str(TW_STORE_OBJECT_NOT_FOUND), "TW_STORE_OBJECT_NOT_FOUND") == 0,
+          "store codes are named");
+    CHECK(strcmp(tw_result_str(TW_STORE_INTERNAL_ERROR), "TW_ERR_INTERNAL") == 0,
+          "TW_STORE_INTERNAL_ERROR is named as TW_ERR_INTERNAL");
     CHECK_RC(tw_store_health_check(client), 0);
     CHECK_RC(tw_store_health_check(NULL), 1);
 

@@ -9,11 +9,14 @@
  *    tw_gpu_available) returns tw_result: TW_OK (0) or a negative TW_ERR_* code, and writes
  *    its outputs (`*_out`) only on TW_OK. tw_last_error_message() gives the calling thread's
  *    detail for the last failure; tw_result_str() the code's name.
- *  - The Store functions (tw_store_*) return Mooncake Store's codes instead: TW_STORE_OK (0),
- *    a count or a byte length on success, a negative TW_STORE_* code otherwise (these numbers
- *    are not tw_result values, and some coincide with TW_ERR_* numbers, -1 included: read a
- *    tw_store_* result against TW_STORE_* only). Batch calls return 0 when the batch ran and
- *    write one code per key into the caller's array; tw_last_error_message() has the detail.
+ *  - The Store functions (tw_store_*) return TW_STORE_OK (0), a count or a byte length on
+ *    success, a negative TW_STORE_* code otherwise. One code space: a negative number means
+ *    the same thing from every tw_* function. The TW_STORE_* codes are Mooncake Store's
+ *    numbers (-600, -704, ...; no TW_ERR_* code uses them), except the two whose Mooncake
+ *    numbers are TW_ERR_* codes: TW_STORE_INTERNAL_ERROR is TW_ERR_INTERNAL (Mooncake's -1)
+ *    and TW_STORE_BUFFER_OVERFLOW is TW_ERR_BUFFER_TOO_SMALL (Mooncake's -10);
+ *    tw_result_str() names them all. Batch calls return 0 when the batch ran and write one
+ *    code per key into the caller's array; tw_last_error_message() has the detail.
  *  - Handles: tw_config (builder, not thread-safe) and tw_engine (every function taking
  *    `const tw_engine *` is thread-safe). *_free functions accept NULL.
  *  - Batches and scatter operations are uint64_t ids validated on every use: a stale,
@@ -83,14 +86,15 @@
 #define TW_STORE_OK 0
 
 /*
- Internal error.
+ Internal error: the same number and meaning as `TW_ERR_INTERNAL` (Mooncake's -1).
  */
-#define TW_STORE_INTERNAL_ERROR -1
+#define TW_STORE_INTERNAL_ERROR -17
 
 /*
- Buffer overflow.
+ A value or name does not fit the caller's buffer: the same number and meaning as
+ `TW_ERR_BUFFER_TOO_SMALL` (Mooncake's `BUFFER_OVERFLOW`, -10).
  */
-#define TW_STORE_BUFFER_OVERFLOW -10
+#define TW_STORE_BUFFER_OVERFLOW -15
 
 /*
  Segment not found.
@@ -810,8 +814,10 @@ tw_result tw_stream_op_wait(const struct tw_engine *engine,
 tw_result tw_stream_op_free(const struct tw_engine *engine, uint64_t op);
 
 /*
- Static name of a result code (`"TW_OK"`, `"TW_ERR_TIMEOUT"`, ...; `"TW_ERR_UNKNOWN"` for
- numbers this version does not define). Never NULL; the string lives forever.
+ Static name of a result code (`"TW_OK"`, `"TW_ERR_TIMEOUT"`, ...), or of a Store code
+ (`"TW_STORE_OBJECT_NOT_FOUND"`: one code space; `TW_STORE_INTERNAL_ERROR` and
+ `TW_STORE_BUFFER_OVERFLOW` are named as the `TW_ERR_*` codes they equal); `"TW_ERR_UNKNOWN"`
+ for numbers this version does not define. Never NULL; the string lives forever.
  */
 const char *tw_result_str(tw_result code);
 
@@ -1189,8 +1195,8 @@ int32_t tw_store_get_replicas(const struct tw_store *s,
  Copying get without staging: once a key's size is known, `alloc(ctx, i, size)` is called
  (on the calling thread, in key order, before any byte moves) and the value is read straight
  into the memory it returns. Per key in `results`: bytes read, or a negative code (-704
- missing; -1 when `alloc` returned NULL). Keys `alloc` was called for but whose result is
- negative may have been partly written.
+ missing; `TW_STORE_INTERNAL_ERROR` when `alloc` returned NULL). Keys `alloc` was called for
+ but whose result is negative may have been partly written.
 
  # Safety
  `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`

@@ -4,6 +4,7 @@
 
 use crate::metadata::SegmentDesc;
 use crate::metadata::rpc::{self, MsgType};
+use crate::sync::LockClean;
 use crate::transport::tcp::wire::{HEADER_LEN, Header, STATUS_LEN, parse_status, status_frame};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -63,7 +64,7 @@ fn responder() -> &'static Responder {
                 let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
                 let mut req = [0u8; 4096];
                 let _ = c.read(&mut req);
-                let body = r.input.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let body = r.input.lock_clean().clone();
                 let _ = c.write_all(&body);
             }
         });
@@ -75,7 +76,7 @@ fn responder() -> &'static Responder {
 /// time bounds) against a loopback server that answers with `data` and closes.
 pub fn http_response(data: &[u8]) {
     let r = responder();
-    *r.input.lock().unwrap_or_else(|e| e.into_inner()) = data.to_vec();
+    *r.input.lock_clean() = data.to_vec();
     let url = format!("http://127.0.0.1:{}/metadata", r.port);
     if let Ok(store) =
         crate::metadata::service::http::HttpStore::new(&url, Duration::from_millis(500))

@@ -399,12 +399,13 @@ def test_shim_package_serves_mooncake_imports():
 
 def test_get_sized_callback_contract(cluster):
     """tw_store_get_sized (behind get_batch): the callback is asked once per found key with its
-    size, in key order; a NULL answer fails only that key (-1); misses never reach it (-704);
-    a NULL callback is -600 for the call."""
+    size, in key order; a NULL answer fails only that key (TW_STORE_INTERNAL_ERROR, the C API's
+    number for Mooncake's -1); misses never reach it (-704); a NULL callback is -600 for the
+    call."""
     from ctypes import c_char_p, c_int64
 
     from tidewire import _ffi
-    from tidewire._store_ffi import AllocFn
+    from tidewire._store_ffi import TW_STORE_INTERNAL_ERROR, AllocFn
 
     m, peer, s = cluster
     vals = {"gs/a": b"a" * 5000, "gs/b": b"b" * 7, "gs/c": bytes(range(256)) * 300}
@@ -424,7 +425,7 @@ def test_get_sized_callback_contract(cluster):
     h = s._h
     assert _ffi.lib().tw_store_get_sized(h, karr, None, 4, AllocFn(alloc), None, res) == 0
     assert asked == [(0, 5000), (2, 7), (3, 76800)]
-    assert list(res) == [5000, -704, -1, 76800]
+    assert list(res) == [5000, -704, TW_STORE_INTERNAL_ERROR, 76800]
     assert bufs[0].raw == vals["gs/a"] and bufs[3].raw == vals["gs/c"]
     assert _ffi.lib().tw_store_get_sized(h, karr, None, 4, AllocFn(0), None, res) == -600
     # get_batch itself: bytes straight from the store, b'' for misses.

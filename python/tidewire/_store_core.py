@@ -5,7 +5,8 @@ they take and their outputs back into lists, and decides nothing else. The Moonc
 class (:mod:`tidewire.store`) checks arguments and applies Mooncake's conventions around these
 calls; the pythonic :class:`tidewire.Store` is built on that class. Every function takes the
 ``tw_store *`` handle first, and returns what the C function returned (a code, or the code and
-the filled outputs).
+the filled outputs), its codes in Mooncake's numbers (:mod:`tidewire._store_codes`: the C API
+gives two of them other numbers).
 """
 
 import ctypes
@@ -15,6 +16,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from . import _ffi
 from ._store_args import _c_keys, _codes
+from ._store_codes import from_c, results
 from ._store_ffi import MAX_REPLICAS, AllocFn, ReplicaC, StoreValue
 
 Handle = Any  # a ctypes.c_void_p holding the tw_store *
@@ -34,7 +36,7 @@ def setup(local_hostname: bytes, metadata_server: bytes, segment: int, local: in
     h = c_void_p()
     rc = _ffi.lib().tw_store_setup(local_hostname, metadata_server, segment, local, protocol,
                                    rdma_devices, master, byref(h))
-    return (0, h) if rc == 0 else (rc, None)
+    return (0, h) if rc == 0 else (from_c(rc), None)
 
 
 def hostname(h: Handle) -> Optional[str]:
@@ -50,15 +52,15 @@ def free(h: Handle) -> None:
 
 
 def health_check(h: Handle) -> int:
-    return int(_ffi.lib().tw_store_health_check(h))
+    return from_c(int(_ffi.lib().tw_store_health_check(h)))
 
 
 def register_buffer(h: Handle, ptr: int, size: int) -> int:
-    return int(_ffi.lib().tw_store_register_buffer(h, ptr, size))
+    return from_c(int(_ffi.lib().tw_store_register_buffer(h, ptr, size)))
 
 
 def unregister_buffer(h: Handle, ptr: int) -> int:
-    return int(_ffi.lib().tw_store_unregister_buffer(h, ptr))
+    return from_c(int(_ffi.lib().tw_store_unregister_buffer(h, ptr)))
 
 
 def value_release(value: StoreValue) -> None:
@@ -75,7 +77,7 @@ def put(h: Handle, enc: Keys, cptrs: Any, csizes: Any, upsert: bool, copy: bool,
     res, cres = _codes(n)
     rc = _ffi.lib().tw_store_put(h, karr, klens, cptrs, csizes, n, 1 if upsert else 0,
                                  1 if copy else 0, byref(cfg), cres)
-    return [rc] * n if rc != 0 else res.tolist()
+    return [from_c(rc)] * n if rc != 0 else results(res)
 
 
 def put_multi(h: Handle, enc: Keys, counts: "array[int]", ptrs: "array[int]",
@@ -87,7 +89,7 @@ def put_multi(h: Handle, enc: Keys, counts: "array[int]", ptrs: "array[int]",
     rc = _ffi.lib().tw_store_put_multi(
         h, karr, klens, _pointer(counts, c_size_t), m, _pointer(ptrs, c_void_p),
         _pointer(sizes, c_uint64), len(ptrs), 1 if upsert else 0, byref(cfg), cres)
-    return [rc] * m if rc != 0 else res.tolist()
+    return [from_c(rc)] * m if rc != 0 else results(res)
 
 
 # ------------------------------------------------------------------------------ reads
@@ -99,7 +101,7 @@ def get_into(h: Handle, enc: Keys, cptrs: Any, csizes: Any) -> List[int]:
     res = array("q", bytes(8 * n))
     cres = ctypes.cast(res.buffer_info()[0], POINTER(c_int64))
     rc = _ffi.lib().tw_store_get_into(h, karr, klens, cptrs, csizes, n, cres)
-    return [rc] * n if rc != 0 else res.tolist()
+    return [from_c(rc)] * n if rc != 0 else results(res)
 
 
 def get_into_multi(h: Handle, enc: Keys, counts: "array[int]", ptrs: "array[int]",
@@ -111,7 +113,7 @@ def get_into_multi(h: Handle, enc: Keys, counts: "array[int]", ptrs: "array[int]
     rc = _ffi.lib().tw_store_get_into_multi(
         h, karr, klens, _pointer(counts, c_size_t), m, _pointer(ptrs, c_void_p),
         _pointer(sizes, c_uint64), len(ptrs), res)
-    return [rc] * m if rc != 0 else list(res)
+    return [from_c(rc)] * m if rc != 0 else results(res)
 
 
 def get_copy(h: Handle, enc: Keys) -> Tuple[List[Optional[StoreValue]], List[int]]:
@@ -122,8 +124,8 @@ def get_copy(h: Handle, enc: Keys) -> Tuple[List[Optional[StoreValue]], List[int
     res = (c_int64 * n)()
     rc = _ffi.lib().tw_store_get_copy(h, karr, klens, n, vals, res)
     if rc != 0:
-        return [None] * n, [rc] * n
-    return [vals[i] if res[i] >= 0 else None for i in range(n)], list(res)
+        return [None] * n, [from_c(rc)] * n
+    return [vals[i] if res[i] >= 0 else None for i in range(n)], results(res)
 
 
 def get_sized(h: Handle, enc: Keys,
@@ -135,11 +137,11 @@ def get_sized(h: Handle, enc: Keys,
     karr, klens, _keep = _c_keys(enc)
     res = (c_int64 * n)()
     rc = _ffi.lib().tw_store_get_sized(h, karr, klens, n, cb, None, res)
-    return None if rc != 0 else list(res)
+    return None if rc != 0 else results(res)
 
 
 def get_size(h: Handle, key: bytes) -> int:
-    return int(_ffi.lib().tw_store_get_size(h, key, len(key)))
+    return from_c(int(_ffi.lib().tw_store_get_size(h, key, len(key))))
 
 
 def get_ranges(h: Handle, enc: Keys, dsts: Sequence[int], srcs: Sequence[int],
@@ -152,7 +154,7 @@ def get_ranges(h: Handle, enc: Keys, dsts: Sequence[int], srcs: Sequence[int],
     karr, klens, _keep = _c_keys(enc)
     rc = _ffi.lib().tw_store_get_ranges(h, karr, klens, (c_void_p * n)(*dsts),
                                         (c_uint64 * n)(*srcs), (c_uint64 * n)(*lens), n, res)
-    return rc, list(res[:n])
+    return from_c(rc), results(res)
 
 
 # ------------------------------------------------------------------------------ get sessions
@@ -161,12 +163,12 @@ def session_start(h: Handle, enc: Keys) -> List[int]:
     karr, klens, _keep = _c_keys(enc)
     res, cres = _codes(n)
     rc = _ffi.lib().tw_store_get_session_start(h, karr, klens, n, cres)
-    return [rc] * n if rc != 0 else res.tolist()
+    return [from_c(rc)] * n if rc != 0 else results(res)
 
 
 def session_end(h: Handle, enc: Keys) -> int:
     karr, klens, _keep = _c_keys(enc)
-    return int(_ffi.lib().tw_store_get_session_end(h, karr, klens, len(enc)))
+    return from_c(int(_ffi.lib().tw_store_get_session_end(h, karr, klens, len(enc))))
 
 
 def session_ranges(h: Handle, enc: Keys, counts: "array[int]", ptrs: "array[int]",
@@ -178,7 +180,7 @@ def session_ranges(h: Handle, enc: Keys, counts: "array[int]", ptrs: "array[int]
     rc = _ffi.lib().tw_store_get_session_ranges(
         h, karr, klens, _pointer(counts, c_size_t), m, _pointer(ptrs, c_void_p),
         _pointer(sizes, c_uint64), _pointer(offs, c_uint64), len(ptrs), res)
-    return [rc] * m if rc != 0 else list(res)
+    return [from_c(rc)] * m if rc != 0 else results(res)
 
 
 # ------------------------------------------------------------------------------ replicas
@@ -208,7 +210,7 @@ def exist(h: Handle, enc: Keys) -> Optional[List[int]]:
     karr, klens, _keep = _c_keys(enc)
     res, cres = _codes(n)
     rc = _ffi.lib().tw_store_exist(h, karr, klens, n, cres)
-    return None if rc != 0 else res.tolist()
+    return None if rc != 0 else results(res)
 
 
 def remove(h: Handle, enc: Keys, force: bool) -> Tuple[int, List[int]]:
@@ -217,12 +219,12 @@ def remove(h: Handle, enc: Keys, force: bool) -> Tuple[int, List[int]]:
     karr, klens, _keep = _c_keys(enc)
     res, cres = _codes(n)
     rc = _ffi.lib().tw_store_remove(h, karr, klens, n, bool(force), cres)
-    return rc, ([] if rc != 0 else res.tolist())
+    return from_c(rc), ([] if rc != 0 else results(res))
 
 
 def remove_by_regex(h: Handle, pattern: bytes, force: bool) -> int:
-    return int(_ffi.lib().tw_store_remove_by_regex(h, pattern, bool(force)))
+    return from_c(int(_ffi.lib().tw_store_remove_by_regex(h, pattern, bool(force))))
 
 
 def remove_all(h: Handle, force: bool) -> int:
-    return int(_ffi.lib().tw_store_remove_all(h, bool(force)))
+    return from_c(int(_ffi.lib().tw_store_remove_all(h, bool(force))))

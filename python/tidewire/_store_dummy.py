@@ -19,12 +19,10 @@ from typing import Any, Callable, Dict
 
 from . import _store_wire as wire
 from ._store_args import _key_bytes, _key_list, _key_list_of_lists
+from ._store_codes import RPC_FAIL
 from ._store_types import (
     Descriptor, MemoryDescriptor, ReplicaDescriptor, handle_of_bytes, shared_region,
 )
-
-RPC_FAIL = -900
-INVALID = -600
 
 
 class NotShared(ValueError):

@@ -39,6 +39,12 @@ class ReplicaC(Structure):
     _fields_ = [("endpoint", c_char * 513), ("addr", c_uint64), ("size", c_uint64)]
 
 
+#: The C API's numbers for Mooncake's INTERNAL_ERROR (-1) and BUFFER_OVERFLOW (-10): the
+#: ``tw_result`` codes of the same meaning, ``TW_ERR_INTERNAL`` and ``TW_ERR_BUFFER_TOO_SMALL``
+#: (one code space; every other store code is Mooncake's number). See ``_store_codes``.
+TW_STORE_INTERNAL_ERROR = -17
+TW_STORE_BUFFER_OVERFLOW = -15
+
 #: ``TW_STORE_MAX_REPLICAS``: replica slots per key in ``tw_store_get_replicas``.
 MAX_REPLICAS = 8
 

@@ -11,11 +11,9 @@ from . import _store_core as _core
 from ._store_args import (
     _SIZE_CODE, Key, _ints, _key_bytes, _key_list, _key_list_of_lists, _ptrs_ok, _sizes_ok,
 )
+from ._store_codes import INTERNAL_ERROR, INVALID_PARAMS
 from ._store_config import ReplicateConfig
 from ._store_types import Descriptor, MemoryDescriptor, ReplicaDescriptor
-
-INTERNAL_ERROR = -1
-INVALID_PARAMS = -600
 
 #: Per key: a piece list of addresses, or of sizes (or of source offsets).
 Pieces = Sequence[Sequence[int]]

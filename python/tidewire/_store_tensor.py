@@ -20,6 +20,8 @@ import ctypes
 import struct
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ._store_codes import INVALID_PARAMS as _INVALID
+
 if TYPE_CHECKING:
     from ._store_args import Key
     from ._store_config import ReplicateConfig
@@ -32,7 +34,6 @@ MAGIC = b"NOOM"
 MAX_DIMS = 8
 _HEAD = struct.Struct("<4sHHIIQQQ")
 _DIMS = struct.Struct("<8q")
-_INVALID = -600
 
 _DTYPE_NAMES = [
     "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",

@@ -26,6 +26,7 @@ import ctypes
 from types import TracebackType
 from typing import Any, Dict, Optional, Type, Union
 
+from . import _store_codes as codes
 from ._store_config import ReplicateConfig
 from ._store_setup import DEFAULT_MASTER_ADDRESS
 from .store import MooncakeDistributedStore
@@ -114,16 +115,16 @@ class MasterUnavailable(StoreError):
 
 
 _BY_CODE: Dict[int, Type[StoreError]] = {
-    -704: ObjectNotFound,
-    -706: ObjectHasLease,
-    -200: NoSpace,
-    -600: InvalidParams,
-    -800: TransferFailed,
-    -900: MasterUnavailable,
-    -901: MasterUnavailable,
+    codes.OBJECT_NOT_FOUND: ObjectNotFound,
+    codes.OBJECT_HAS_LEASE: ObjectHasLease,
+    codes.NO_AVAILABLE_HANDLE: NoSpace,
+    codes.INVALID_PARAMS: InvalidParams,
+    codes.TRANSFER_FAIL: TransferFailed,
+    codes.RPC_FAIL: MasterUnavailable,
+    codes.RPC_TIMEOUT: MasterUnavailable,
 }
-_NAMES = {-1: "INTERNAL_ERROR", -10: "BUFFER_OVERFLOW", -101: "SEGMENT_NOT_FOUND",
-          -703: "REPLICA_IS_NOT_READY", -707: "LEASE_EXPIRED"}
+#: Names of the codes without a class of their own.
+_NAMES = {c: n for c, n in codes.NAMES.items() if c != codes.OK and c not in _BY_CODE}
 
 
 def _address(buf: Any) -> "tuple[int, int, Any]":
@@ -228,7 +229,7 @@ class Store:
         ``exist_ok=False``, raises :class:`ObjectExists`."""
         s = self._client()
         if not exist_ok and s.is_exist(key) == 1:
-            raise ObjectExists(-1, f"key {key!r} exists")
+            raise ObjectExists(codes.INTERNAL_ERROR, f"key {key!r} exists")
         self._check(s.put(key, value, config))
 
     def upsert(self, key: Key, value: Any, config: Optional[ReplicateConfig] = None) -> None:
@@ -250,7 +251,7 @@ class Store:
         h = s.get_buffer(key)
         if h is None:
             size = s.get_size(key)  # why: missing, or another failure
-            raise StoreError.from_code(size if size < 0 else -704,
+            raise StoreError.from_code(size if size < 0 else codes.OBJECT_NOT_FOUND,
                                        getattr(s, "last_error", "") or f"key {key!r}")
         try:
             return h.tobytes()
@@ -271,7 +272,7 @@ class Store:
     def __contains__(self, key: Key) -> bool:
         rc = self._client().is_exist(key)
         if rc < 0:
-            raise StoreError.from_code(-600, f"cannot look {key!r} up")
+            raise StoreError.from_code(codes.INVALID_PARAMS, f"cannot look {key!r} up")
         return rc == 1
 
     def __getitem__(self, key: Key) -> bytes:

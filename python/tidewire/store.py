@@ -54,6 +54,7 @@ from ._store_args import (
     _BYTES_MAX, Key, Value, _address, _bytes_address, _c_buffers, _key_bytes, _key_list,
     _new_bytes, _ptrs_ok, _sizes_ok,
 )
+from ._store_codes import INTERNAL_ERROR, INVALID_PARAMS, OBJECT_NOT_FOUND, RPC_FAIL
 from ._store_config import ObjectDataType, ReplicateConfig, SoftPinAction
 from ._store_dummy import _LOCAL_IN_DUMMY, DummyLink, NotShared, _check_keys, _decode, _failed
 from ._store_dummy import ENCODE as _DUMMY_ENCODE
@@ -72,9 +73,6 @@ __all__ = [
     "ReplicaStatus", "MooncakeHostMemAllocator", "bind_to_numa_node",
 ]
 
-INTERNAL_ERROR = -1
-INVALID_PARAMS = -600
-OBJECT_NOT_FOUND = -704
 #: Longest key in bytes (``TW_STORE_MAX_KEY_LEN``, Mooncake's limit).
 MAX_KEY_LEN = 1 << 20
 
@@ -167,11 +165,11 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             rep = link.request({"op": "hello", "pid": os.getpid()})
         except (OSError, ValueError, _store_wire.WireError) as e:
             self.last_error = f"cannot reach the real client at {server_address}: {e}"
-            return -900
+            return RPC_FAIL
         if rep.get("rc") != 0:
             link.close()
             self.last_error = rep.get("error", "the real client refused this dummy client")
-            return rep.get("rc", -900)
+            return rep.get("rc", RPC_FAIL)
         self._dummy = link
         self._hostname = rep.get("hostname", "")
         self._pool = alloc_shared(mem_pool_size)[1] if mem_pool_size else 0
@@ -213,7 +211,7 @@ class MooncakeDistributedStore(PieceCalls, TensorCalls):
             rep = link.request({"op": "call", "m": name, "a": payload})
         except _store_wire.WireError as e:
             self.last_error = str(e)
-            return _failed(name, args, -900)
+            return _failed(name, args, RPC_FAIL)
         if "error" in rep:
             self.last_error = rep["error"]
             return _failed(name, args, rep.get("rc", INTERNAL_ERROR))

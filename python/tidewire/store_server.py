@@ -25,6 +25,7 @@ import threading
 
 from . import _store_setup
 from . import _store_wire as wire
+from ._store_codes import INVALID_PARAMS
 from .store import MooncakeDistributedStore, ReplicateConfig
 
 _ADDR_ARGS = {
@@ -88,7 +89,7 @@ class Session:
 
     def call(self, name, a):
         if name not in _ALLOWED:
-            return {"rc": -600, "error": f"{name} cannot be called by a dummy client"}
+            return {"rc": INVALID_PARAMS, "error": f"{name} cannot be called by a dummy client"}
         kind = _ADDR_ARGS.get(name)
         if kind:
             how, i = kind
@@ -138,9 +139,9 @@ class Session:
                     elif op == "call":
                         rep = self.call(str(msg.get("m")), list(msg.get("a") or []))
                     else:
-                        rep = {"rc": -600, "error": f"unknown op {op!r}"}
+                        rep = {"rc": INVALID_PARAMS, "error": f"unknown op {op!r}"}
                 except (KeyError, ValueError, TypeError, OSError, IndexError) as e:
-                    rep = {"rc": -600, "error": f"bad {op} request: {type(e).__name__}: {e}"}
+                    rep = {"rc": INVALID_PARAMS, "error": f"bad {op} request: {type(e).__name__}: {e}"}
                 wire.send(self.sock, rep)
         except wire.WireError:
             pass

@@ -35,6 +35,7 @@
 //! payload is not encrypted or integrity-protected against an on-path attacker, and descriptors
 //! on a metadata server stay readable by anyone who can reach that server.
 
+use crate::sync::LockClean;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::fmt;
@@ -384,7 +385,7 @@ pub fn server(
 /// keyless connections cannot flood the log): `what` is the server (`"tcp"`, `"rpc"`).
 pub fn log_refusal(what: &str, peer: Option<std::net::SocketAddr>, e: &AuthError) {
     static WINDOW: std::sync::Mutex<Option<(Instant, u32)>> = std::sync::Mutex::new(None);
-    let mut w = WINDOW.lock().unwrap_or_else(|p| p.into_inner());
+    let mut w = WINDOW.lock_clean();
     let now = Instant::now();
     let (start, n) = w.get_or_insert((now, 0));
     if now.duration_since(*start) >= Duration::from_secs(1) {

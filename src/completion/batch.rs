@@ -3,6 +3,7 @@
 
 use super::latch::Latch;
 use crate::error::{Error, ErrorKind};
+use crate::sync::LockClean;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -133,7 +134,7 @@ impl Batch {
 
     /// Stores the message to send once the batch has completed.
     pub(crate) fn set_notify(&self, n: PendingNotify) {
-        *self.notify.lock().unwrap_or_else(|e| e.into_inner()) = Some(n);
+        *self.notify.lock_clean() = Some(n);
         self.has_notify.store(true, Ordering::Release);
     }
 
@@ -144,7 +145,7 @@ impl Batch {
 
     /// Takes the waiting notification, if any (at most one caller gets it).
     pub(crate) fn take_notify(&self) -> Option<PendingNotify> {
-        let n = self.notify.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let n = self.notify.lock_clean().take();
         if n.is_some() {
             self.has_notify.store(false, Ordering::Release);
         }
@@ -183,17 +184,13 @@ impl Batch {
     /// Installs `f`, to run once when the batch goes idle. Install before submitting, then call
     /// [`Batch::run_on_idle`] if the batch is already idle after the submit (nothing in flight).
     pub(crate) fn set_on_idle(&self, f: OnIdle) {
-        *self.on_idle.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+        *self.on_idle.lock_clean() = Some(f);
         self.has_on_idle.store(true, Ordering::Relaxed);
     }
 
     /// Runs the idle hook if it is still installed (at most once overall).
     pub(crate) fn run_on_idle(&self) {
-        let f = self
-            .on_idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let f = self.on_idle.lock_clean().take();
         if let Some(f) = f {
             f();
         }

@@ -3,6 +3,7 @@
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Condvar, Mutex};
+use crate::sync::{LockClean, Recover};
 use std::time::{Duration, Instant};
 
 /// How long a waiter polls (yielding) before it sleeps.
@@ -31,7 +32,7 @@ impl Latch {
         if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
             // Taking the lock orders this check after a waiter's check-then-wait: a waiter not
             // counted yet will see the latch idle before it sleeps.
-            let sleepers = *self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            let sleepers = *self.lock.lock_clean();
             if sleepers > 0 {
                 self.cv.notify_all();
             }
@@ -66,7 +67,7 @@ impl Latch {
             }
             std::thread::yield_now();
         }
-        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.lock.lock_clean();
         loop {
             if self.is_idle() {
                 return true;
@@ -74,7 +75,7 @@ impl Latch {
             match deadline {
                 None => {
                     *guard += 1;
-                    guard = self.cv.wait(guard).unwrap_or_else(|e| e.into_inner());
+                    guard = self.cv.wait(guard).recover();
                     *guard -= 1;
                 }
                 Some(d) => {
@@ -83,11 +84,7 @@ impl Latch {
                         return false;
                     }
                     *guard += 1;
-                    guard = self
-                        .cv
-                        .wait_timeout(guard, d - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
+                    guard = self.cv.wait_timeout(guard, d - now).recover().0;
                     *guard -= 1;
                 }
             }

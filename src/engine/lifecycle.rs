@@ -11,6 +11,7 @@ use crate::memory::Registry;
 use crate::metadata::rpc::MsgType;
 use crate::metadata::server::RpcServer;
 use crate::metadata::service::MetadataStore;
+use crate::sync::{LockClean, RwLockClean};
 use crate::transport::Route;
 use crate::transport::local::MemCopy;
 use crate::transport::samehost::SameHostBackend;
@@ -134,7 +135,7 @@ impl Engine {
             inner.cfg.auth_key.clone(),
         )
         .map_err(|e| Error::new(ErrorKind::Internal, format!("starting tcp server: {e}")))?;
-        *inner.servers.lock().unwrap_or_else(|e| e.into_inner()) = Some((rpc, tcp));
+        *inner.servers.lock_clean() = Some((rpc, tcp));
         let engine = Engine { inner };
         engine.inner.start_backends()?;
         if let Some(store) = &engine.inner.store {
@@ -157,15 +158,9 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        *self.inner.live.write().unwrap_or_else(|e| e.into_inner()) = false;
+        *self.inner.live.write_clean() = false;
         self.inner.shutdown_backends();
-        drop(
-            self.inner
-                .servers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
+        drop(self.inner.servers.lock_clean().take());
         if let Some(store) = &self.inner.store {
             for key in [
                 self.inner.keys.ram(&self.inner.name),

@@ -7,6 +7,7 @@
 //! limit (`handshake_max_len`).
 
 use super::Notification;
+use crate::sync::LockClean;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -39,7 +40,7 @@ impl NotifyQueue {
     /// Queues `n`; `false` (and nothing queued) when a bound would be exceeded.
     pub fn push(&self, n: Notification) -> bool {
         let size = size_of(&n);
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.inner.lock_clean();
         if g.0.len() >= self.max_count || g.1 + size > self.max_bytes {
             return false;
         }
@@ -50,14 +51,14 @@ impl NotifyQueue {
 
     /// Takes everything queued, oldest first.
     pub fn take_all(&self) -> Vec<Notification> {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.inner.lock_clean();
         g.1 = 0;
         g.0.drain(..).collect()
     }
 
     /// (notifications, bytes) held now.
     pub fn usage(&self) -> (usize, usize) {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.inner.lock_clean();
         (g.0.len(), g.1)
     }
 }

@@ -5,6 +5,7 @@ use super::{Engine, Inner};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::log::Level;
 use crate::metadata::SegmentDesc;
+use crate::sync::{LockClean, Recover, RwLockClean};
 use crate::transport::Transport;
 use std::sync::Arc;
 
@@ -24,27 +25,12 @@ impl Engine {
         if name == self.inner.name {
             return Ok(LOCAL_SEGMENT);
         }
-        let _serial = self
-            .inner
-            .open_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(id) = self
-            .inner
-            .segments
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .id_of(name)
-        {
+        let _serial = self.inner.open_lock.lock_clean();
+        if let Some(id) = self.inner.segments.read_clean().id_of(name) {
             return self.revalidate(id, name);
         }
         let seg = self.inner.fetch_segment(name)?;
-        Ok(self
-            .inner
-            .segments
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(seg))
+        Ok(self.inner.segments.write_clean().insert(seg))
     }
 
     /// A cached segment whose descriptor the metadata watch saw change is read again; one whose
@@ -80,12 +66,7 @@ impl Engine {
         if id == LOCAL_SEGMENT {
             return Ok(());
         }
-        let removed = self
-            .inner
-            .segments
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+        let removed = self.inner.segments.write_clean().remove(id);
         if removed {
             self.inner.segment_closed();
             Ok(())
@@ -104,19 +85,14 @@ impl Engine {
         }
         let seg = self.inner.segment(id)?;
         let fresh = self.inner.fetch_segment(&seg.name)?;
-        let state = fresh.state.into_inner().unwrap_or_else(|e| e.into_inner());
-        *seg.state.write().unwrap_or_else(|e| e.into_inner()) = state;
+        let state = fresh.state.into_inner().recover();
+        *seg.state.write_clean() = state;
         Ok(())
     }
 
     /// Refreshes every open segment; returns the first error after trying them all.
     pub fn refresh_all_segments(&self) -> Result<()> {
-        let all = self
-            .inner
-            .segments
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .all();
+        let all = self.inner.segments.read_clean().all();
         let mut first = None;
         for (id, _) in all {
             if let Err(e) = self.refresh_segment(id) {
@@ -150,15 +126,11 @@ impl Engine {
 impl Inner {
     /// The open segment `id`.
     pub(super) fn segment(&self, id: SegmentId) -> Result<Arc<Segment>> {
-        self.segments
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id)
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::UnknownSegment,
-                    format!("segment {id} is not open"),
-                )
-            })
+        self.segments.read_clean().get(id).ok_or_else(|| {
+            Error::new(
+                ErrorKind::UnknownSegment,
+                format!("segment {id} is not open"),
+            )
+        })
     }
 }

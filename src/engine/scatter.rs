@@ -9,6 +9,7 @@ use super::transfer::Request;
 use crate::completion::Batch;
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::Access;
+use crate::sync::LockClean;
 use crate::transport::Opcode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -246,7 +247,7 @@ impl Engine {
     /// Number of fragments in a scatter operation.
     pub fn scatter_len(&self, id: u64) -> Result<usize> {
         let op = self.scatter(id)?;
-        let st = op.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = op.state.lock_clean();
         Ok(ScatterOp::total(&st))
     }
 
@@ -263,7 +264,7 @@ impl Engine {
         let op = self.scatter(id)?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let done = self.drive(&op, deadline);
-        let st = op.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = op.state.lock_clean();
         if let Some(f) = report {
             for (i, r) in st.results.iter().enumerate() {
                 if let Some(r) = r {
@@ -304,7 +305,7 @@ impl Engine {
     /// callbacks. Returns whether every fragment is known.
     fn drive(&self, op: &ScatterOp, deadline: Option<Instant>) -> bool {
         loop {
-            let mut st = op.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = op.state.lock_clean();
             let mut splits: Vec<(usize, Vec<Request>)> = Vec::new();
             let n = st.groups.len().min(op.batch.len());
             for t in 0..n {

@@ -1,6 +1,7 @@
 //! The segment table: name ↔ id, cached descriptors, and the route each segment uses.
 
 use crate::metadata::SegmentDesc;
+use crate::sync::RwLockClean;
 use crate::transport::Route;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -25,20 +26,12 @@ pub struct Segment {
 impl Segment {
     /// Current route (`None`: unsupported protocol).
     pub fn route(&self) -> Option<Route> {
-        self.state
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .1
-            .clone()
+        self.state.read_clean().1.clone()
     }
 
     /// Current descriptor.
     pub fn desc(&self) -> Arc<SegmentDesc> {
-        self.state
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .clone()
+        self.state.read_clean().0.clone()
     }
 }
 

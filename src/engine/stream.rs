@@ -9,6 +9,7 @@ use crate::completion::{Batch, TaskState};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::gpu::stream::{self as gs, Gate};
 use crate::memory::Access;
+use crate::sync::LockClean;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,7 @@ impl StreamOp {
     /// Records the outcome (first one wins) and lets the stream go on.
     fn finish(&self, r: Result<()>) {
         {
-            let mut slot = self.result.lock().unwrap_or_else(|e| e.into_inner());
+            let mut slot = self.result.lock_clean();
             if slot.is_some() {
                 return;
             }
@@ -41,10 +42,7 @@ impl StreamOp {
     }
 
     fn outcome(&self) -> Option<Result<()>> {
-        self.result
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.result.lock_clean().clone()
     }
 }
 

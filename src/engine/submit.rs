@@ -12,6 +12,7 @@ use super::transfer::Request;
 use crate::completion::{Batch, SliceDone};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::Access;
+use crate::sync::{LockClean, RwLockClean};
 use crate::transport::{Route, Slice, Transport};
 use std::sync::Arc;
 
@@ -98,11 +99,11 @@ impl Inner {
     /// any is started (too many, an unknown segment, an unregistered local range, a bad remote
     /// range or opcode reject the whole call). Returns the first task index.
     pub(crate) fn submit_to<R: AsRequest>(&self, batch: &Arc<Batch>, reqs: &[R]) -> Result<usize> {
-        let live = self.live.read().unwrap_or_else(|e| e.into_inner());
+        let live = self.live.read_clean();
         if !*live {
             return fail(ErrorKind::Shutdown, "engine is shutting down");
         }
-        let _serial = batch.submit_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = batch.submit_lock.lock_clean();
         let start = batch.len();
         if reqs.len() > batch.capacity() - start {
             return fail(

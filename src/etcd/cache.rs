@@ -6,6 +6,7 @@
 use super::watch::EventKind;
 use super::{EtcdClient, prefix_end};
 use crate::log::Level;
+use crate::sync::LockClean;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -59,7 +60,7 @@ pub struct WatchCache {
 
 impl WatchCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_clean()
     }
 
     /// Starts a read of `key`: clears its stale mark and answers from the cache when it can.

@@ -13,6 +13,7 @@ use super::watch::EventKind;
 use super::{EtcdClient, KeyValue};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
+use crate::sync::{LockClean, Recover};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -131,11 +132,11 @@ const MARGIN: Duration = Duration::from_millis(150);
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_clean()
     }
 
     fn ttl(&self) -> Duration {
-        *self.ttl.lock().unwrap_or_else(|e| e.into_inner())
+        *self.ttl.lock_clean()
     }
 
     fn stopped(&self) -> bool {
@@ -171,7 +172,7 @@ impl Shared {
         let (s, _) = self
             .changed
             .wait_timeout_while(s, d, |s| !s.stopped)
-            .unwrap_or_else(|e| e.into_inner());
+            .recover();
         s.stopped
     }
 
@@ -180,7 +181,7 @@ impl Shared {
         let granted_at = Instant::now();
         let lease = self.client.lease_grant(self.cfg.lease_ttl.max(1))?;
         let ttl = Duration::from_secs(lease.ttl as u64);
-        *self.ttl.lock().unwrap_or_else(|e| e.into_inner()) = ttl;
+        *self.ttl.lock_clean() = ttl;
         let outcome =
             self.client
                 .put_if_absent(self.cfg.key.as_bytes(), self.cfg.value.as_bytes(), lease.id);
@@ -456,7 +457,7 @@ impl Election {
             .wait_timeout_while(s, timeout, |s| {
                 s.status.generation == generation && !s.stopped
             })
-            .unwrap_or_else(|e| e.into_inner());
+            .recover();
         s.status.clone()
     }
 

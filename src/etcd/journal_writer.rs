@@ -12,6 +12,7 @@
 use super::journal::Journal;
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
+use crate::sync::{LockClean, Recover};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -69,7 +70,7 @@ pub struct JournalWriter {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.q.lock().unwrap_or_else(|e| e.into_inner())
+        self.q.lock_clean()
     }
 
     fn run(&self, mut journal: Journal, snapshot: SnapshotFn, policy: CompactPolicy) {
@@ -79,7 +80,7 @@ impl Shared {
                 let mut q = self
                     .work
                     .wait_while(q, |q| q.pending.is_empty() && !q.stop)
-                    .unwrap_or_else(|e| e.into_inner());
+                    .recover();
                 if q.pending.is_empty() {
                     return; // stopping, nothing left
                 }
@@ -189,7 +190,7 @@ impl JournalWriter {
             .shared
             .done
             .wait_while(q, |q| q.durable < ticket && q.failed.is_none())
-            .unwrap_or_else(|e| e.into_inner());
+            .recover();
         match &q.failed {
             Some(e) if q.durable < ticket => Err(e.clone()),
             _ => Ok(()),

@@ -99,14 +99,18 @@ pub(crate) fn record_panic(payload: &(dyn std::any::Any + Send)) {
     set_last_error(format!("internal panic: {what}"));
 }
 
-/// Static name of a result code (`"TW_OK"`, `"TW_ERR_TIMEOUT"`, ...; `"TW_ERR_UNKNOWN"` for
-/// numbers this version does not define). Never NULL; the string lives forever.
+/// Static name of a result code (`"TW_OK"`, `"TW_ERR_TIMEOUT"`, ...), or of a Store code
+/// (`"TW_STORE_OBJECT_NOT_FOUND"`: one code space; `TW_STORE_INTERNAL_ERROR` and
+/// `TW_STORE_BUFFER_OVERFLOW` are named as the `TW_ERR_*` codes they equal); `"TW_ERR_UNKNOWN"`
+/// for numbers this version does not define. Never NULL; the string lives forever.
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_result_str(code: tw_result) -> *const c_char {
     let s: &'static str = match code {
         TW_OK => "TW_OK\0",
         TW_ERR_PANIC => "TW_ERR_PANIC\0",
-        c => error_code_name(c).unwrap_or("TW_ERR_UNKNOWN\0"),
+        c => error_code_name(c)
+            .or_else(|| super::store::codes::store_code_name(c))
+            .unwrap_or("TW_ERR_UNKNOWN\0"),
     };
     s.as_ptr().cast()
 }

@@ -10,6 +10,7 @@ pub mod stream;
 pub mod sys;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::sync::LockClean;
 use std::cell::RefCell;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::Mutex;
@@ -112,7 +113,7 @@ fn primary_context(d: &Driver, dev: u32) -> Result<CuContext> {
             format!("CUDA device {dev} does not exist ({} present)", d.devices),
         ));
     }
-    let mut list = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut list = CONTEXTS.lock_clean();
     if list.len() < d.devices as usize {
         list.resize(d.devices as usize, 0);
     }

@@ -20,6 +20,7 @@
 use super::CtxGuard;
 use super::sys::{self, CuContext, CuDevicePtr, CuStream, Driver};
 use crate::error::{Error, ErrorKind, Result};
+use crate::sync::{LockClean, Recover};
 use crossbeam_channel::{Sender, unbounded};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -52,7 +53,7 @@ impl Gate {
 
     /// Opens the gate (idempotent): later work on the stream may run.
     pub fn open(&self) {
-        let mut g = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.open.lock_clean();
         if !*g {
             // Release: the transfer's effects happen before the stream sees the ticket.
             self.flag().store(self.ticket, Ordering::Release);
@@ -63,25 +64,21 @@ impl Gate {
 
     /// Whether the gate is open.
     pub fn is_open(&self) -> bool {
-        *self.open.lock().unwrap_or_else(|e| e.into_inner())
+        *self.open.lock_clean()
     }
 
     /// Waits until open or `deadline`; returns whether open.
     pub fn wait(&self, deadline: Option<Instant>) -> bool {
-        let mut g = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.open.lock_clean();
         while !*g {
             match deadline {
-                None => g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner()),
+                None => g = self.cv.wait(g).recover(),
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         return false;
                     }
-                    g = self
-                        .cv
-                        .wait_timeout(g, d - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
+                    g = self.cv.wait_timeout(g, d - now).recover().0;
                 }
             }
         }
@@ -94,10 +91,7 @@ impl Drop for Gate {
         // A gate is never dropped closed while a stream could wait on it; open it anyway so a
         // reused slot stays monotonic, then return the slot.
         self.open();
-        SLOTS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(self.slot);
+        SLOTS.lock_clean().push(self.slot);
     }
 }
 
@@ -119,7 +113,7 @@ fn stream_ctx(d: &Driver, stream: CuStream) -> Result<CuContext> {
 }
 
 fn new_slot(d: &Driver) -> Result<usize> {
-    let mut free = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut free = SLOTS.lock_clean();
     if free.is_empty() {
         let mut p: *mut c_void = std::ptr::null_mut();
         d.check(

@@ -13,6 +13,7 @@ pub(crate) mod raw;
 pub mod shared_buffers;
 
 use crate::error::{ErrorKind, Result, fail};
+use crate::sync::RwLockClean;
 use std::collections::BTreeMap;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -155,7 +156,7 @@ impl Registry {
             .iter()
             .map(|&(b, _)| crate::gpu::placement(b, location))
             .collect();
-        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.regions.write_clean();
         let mut fresh = Vec::with_capacity(ranges.len());
         for &(base, len) in ranges {
             let end = base + len;
@@ -225,7 +226,7 @@ impl Registry {
     }
 
     fn drop_refs(&self, base: u64, all: bool) -> Result<bool> {
-        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.regions.write_clean();
         let Some(r) = map.get_mut(&base) else {
             return fail(
                 ErrorKind::AddressNotRegistered,
@@ -260,7 +261,7 @@ impl Registry {
     /// Like [`Registry::check`], and tells where the range lives: `Some(device)` for CUDA device
     /// memory (transports stage it through host buffers), `None` for host memory.
     pub fn check_place(&self, addr: u64, len: u64, access: Access) -> Result<Option<u32>> {
-        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.regions.read_clean();
         Self::check_in(&map, addr, len, access)
     }
 
@@ -311,7 +312,7 @@ impl Registry {
         slot: &pins::PinSlot,
         hold: Option<u64>,
     ) -> Result<Pinned> {
-        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.regions.read_clean();
         let device = Self::check_in(&map, addr, len, Access::Remote)?;
         let base = map.range(..=addr).next_back().map_or(0, |(_, r)| r.base);
         if hold.is_some_and(|h| h != base) {
@@ -332,7 +333,7 @@ impl Registry {
         access: Access,
         f: impl FnOnce(Option<u32>) -> Result<T>,
     ) -> Result<T> {
-        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.regions.read_clean();
         let place = Self::check_in(&map, addr, len, access)?;
         let out = f(place);
         drop(map);
@@ -346,7 +347,7 @@ impl Registry {
 
     /// The region containing `addr`, if any.
     pub fn region_of(&self, addr: u64) -> Option<Region> {
-        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.regions.read_clean();
         map.range(..=addr)
             .next_back()
             .map(|(_, r)| r)
@@ -356,13 +357,13 @@ impl Registry {
 
     /// A copy of every region, in address order.
     pub fn snapshot(&self) -> Vec<Region> {
-        let map = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.regions.read_clean();
         map.values().cloned().collect()
     }
 
     /// Number of regions.
     pub fn len(&self) -> usize {
-        self.regions.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.regions.read_clean().len()
     }
 
     /// True when nothing is registered.

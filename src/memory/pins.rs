@@ -25,6 +25,7 @@
 //! time, with or without an approval, and the kernel allows it. Turn `same_host` off, or run
 //! engines as different users, where peers on the host are not trusted.
 
+use crate::sync::LockClean;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,11 +76,11 @@ impl PinSlot {
     /// (the number may be reused). Call before closing it.
     pub fn detach(&self) {
         self.leave();
-        *self.fd.lock().unwrap_or_else(|e| e.into_inner()) = -1;
+        *self.fd.lock_clean() = -1;
     }
 
     fn lock_leases(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Instant)>> {
-        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+        self.leases.lock_clean()
     }
 
     /// Turns the current request (inside the region entered last, not yet left) into a lease
@@ -143,7 +144,7 @@ impl Pins {
             leases: Mutex::new(VecDeque::new()),
         });
         let now = Instant::now();
-        let mut v = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = self.slots.lock_clean();
         v.retain(|w| Arc::strong_count(w) > 1 || w.holds_any(now));
         v.push(s.clone());
         s
@@ -157,15 +158,14 @@ impl Pins {
         let start = Instant::now();
         let inside: Vec<Arc<PinSlot>> = self
             .slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .lock_clean()
             .iter()
             // Acquire pairs with `enter`/`leave`: a slot seen left has its lease recorded.
             .filter(|s| s.base.load(Ordering::Acquire) == base || s.holds(base, start))
             .cloned()
             .collect();
         for s in &inside {
-            let fd = s.fd.lock().unwrap_or_else(|e| e.into_inner());
+            let fd = s.fd.lock_clean();
             if s.base.load(Ordering::Acquire) == base && *fd >= 0 {
                 // SAFETY: the session closes its socket only after `detach`, which waits for
                 // this lock and then sets -1, so `fd` is its open socket; shutdown(2) only wakes

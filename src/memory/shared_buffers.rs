@@ -23,6 +23,7 @@
 
 use super::pins::FENCE_WAIT;
 use crate::error::{Error, ErrorKind, Result, fail};
+use crate::sync::LockClean;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Mutex;
@@ -201,7 +202,7 @@ impl SharedBuffers {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_clean()
     }
 
     /// Allocates `len` bytes of zeroed shared memory (closed to peers until [`open`](Self::open)).

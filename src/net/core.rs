@@ -5,6 +5,7 @@ use super::pool::Pool;
 use super::reactor::{ACCEPT_BACKLOG, Cmd, ListenerState, Reactor, WAKE};
 use super::sys::{self, Epoll, LEVEL_IN, Wake};
 use super::{Limits, Service};
+use crate::sync::LockClean;
 use crossbeam_channel::Sender;
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
@@ -22,7 +23,7 @@ struct Core {
 static CORE: Mutex<Weak<Core>> = Mutex::new(Weak::new());
 
 fn core() -> std::io::Result<Arc<Core>> {
-    let mut slot = CORE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut slot = CORE.lock_clean();
     if let Some(c) = slot.upgrade() {
         return Ok(c);
     }
@@ -49,7 +50,7 @@ impl Drop for Core {
     fn drop(&mut self) {
         let _ = self.cmds.send(Cmd::Stop);
         self.wake.wake();
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(t) = self.thread.lock_clean().take() {
             let _ = t.join();
         }
         self.pool.stop();
@@ -59,7 +60,7 @@ impl Drop for Core {
 /// Threads the connection core runs now in this process (the reactor and the workers); 0 when
 /// no server is running.
 pub fn core_threads() -> usize {
-    let c = CORE.lock().unwrap_or_else(|e| e.into_inner()).upgrade();
+    let c = CORE.lock_clean().upgrade();
     c.map_or(0, |c| 1 + c.pool.threads())
 }
 

@@ -4,6 +4,7 @@
 use super::sys::{SPIN_WAIT, spin_readable, wait_readable};
 use super::{LINGER, SPARE_WORKER_IDLE};
 use crate::log::Level;
+use crate::sync::LockClean;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::cell::Cell;
 use std::os::fd::RawFd;
@@ -94,7 +95,7 @@ impl Pool {
     /// Queues `job`; starts a spare worker when none is idle.
     pub(super) fn run(self: &Arc<Self>, job: Job) {
         let sent = {
-            let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+            let tx = self.tx.lock_clean();
             tx.as_ref().map(|tx| tx.send(job).is_ok())
         };
         if sent != Some(true) {
@@ -128,7 +129,7 @@ impl Pool {
         // The new worker counts as idle from here, so a loop of `spawn` calls sees it at once.
         match spawned {
             Ok(h) => {
-                let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+                let mut threads = self.threads.lock_clean();
                 threads.retain(|t| !t.is_finished());
                 threads.push(h);
                 true
@@ -173,11 +174,11 @@ impl Pool {
     pub(super) fn stop(&self) {
         // Release pairs with the Acquire in `work`.
         self.stopping.store(true, Ordering::Release);
-        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.tx.lock_clean().take();
         if on_worker() {
             return;
         }
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let threads = std::mem::take(&mut *self.threads.lock_clean());
         for t in threads {
             let _ = t.join();
         }

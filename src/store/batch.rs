@@ -7,7 +7,8 @@ use super::client::Shared;
 use super::proto::code;
 use crate::engine::{Engine, Request as Xfer, TaskState};
 use crate::error::ErrorKind;
-use std::sync::{Mutex, TryLockError};
+use crate::sync::LockClean;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Batches that ran out of time with work in flight, each with the temporary registrations
@@ -17,19 +18,15 @@ pub(crate) struct Stale(Mutex<Vec<(u64, Vec<u64>)>>);
 
 impl Stale {
     fn push(&self, id: u64, temp: Vec<u64>) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((id, temp));
+        self.0.lock_clean().push((id, temp));
     }
 
     /// Frees the batches whose work has ended, and their registrations; returns how many are
     /// left. Never waits: when another thread is sweeping, this one leaves it to it.
     pub(crate) fn sweep(&self, e: &Engine) -> usize {
-        let mut list = match self.0.try_lock() {
-            Ok(l) => l,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return usize::MAX,
+        let mut list = match self.0.try_lock_clean() {
+            Some(l) => l,
+            None => return usize::MAX,
         };
         list.retain(|(id, temp)| {
             if matches!(e.free_batch(*id), Err(err) if err.kind() == ErrorKind::Busy) {
@@ -46,7 +43,7 @@ impl Stale {
     /// How many timed-out batches are not freed yet.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.0.lock_clean().len()
     }
 }
 

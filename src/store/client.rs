@@ -7,6 +7,7 @@ use super::conn::MasterConn;
 use super::mem::{LocalBuffer, Mapped};
 use super::proto::{Reply, Request, code};
 use crate::engine::{Config, Engine};
+use crate::sync::{LockClean, Recover};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -263,10 +264,10 @@ impl StoreClient {
 fn heartbeat(sh: &Shared, stop: &(Mutex<bool>, Condvar)) {
     loop {
         let (lock, cv) = stop;
-        let g = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let g = lock.lock_clean();
         let (g, _) = cv
             .wait_timeout_while(g, Duration::from_secs(1), |s| !*s)
-            .unwrap_or_else(|e| e.into_inner());
+            .recover();
         if *g {
             return;
         }
@@ -291,7 +292,7 @@ impl Drop for StoreClient {
     fn drop(&mut self) {
         {
             let (lock, cv) = &*self.stop;
-            *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            *lock.lock_clean() = true;
             cv.notify_all();
         }
         if let Some(t) = self.heartbeat.take() {

@@ -4,6 +4,7 @@
 
 use super::StoreError;
 use super::proto::{self, FLAG_ONE_WAY, FrameError, Reply, Request, code};
+use crate::sync::{LockClean, Recover};
 use std::net::TcpStream;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -49,7 +50,7 @@ struct InFlight<'a>(&'a MasterConn);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        *self.0.busy.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        *self.0.busy.lock_clean() -= 1;
         self.0.freed.notify_one();
     }
 }
@@ -124,7 +125,7 @@ impl MasterConn {
                 format!("leader address {:?}: {e}", leader.0),
             )
         })?;
-        let mut a = self.addr.lock().unwrap_or_else(|e| e.into_inner());
+        let mut a = self.addr.lock_clean();
         if *a != hp {
             tw_log!(
                 crate::log::Level::Info,
@@ -141,7 +142,7 @@ impl MasterConn {
     }
 
     fn fresh(&self) -> Result<TcpStream, StoreError> {
-        let (host, port) = self.addr.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let (host, port) = self.addr.lock_clean().clone();
         if port == 0 {
             return Err(StoreError::new(code::RPC_FAIL, "no master known"));
         }
@@ -165,7 +166,7 @@ impl MasterConn {
     }
 
     fn pooled(&self) -> Option<TcpStream> {
-        let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pool.lock_clean();
         while let Some((s, t)) = p.pop() {
             if t.elapsed() < POOL_IDLE {
                 return Some(s);
@@ -175,7 +176,7 @@ impl MasterConn {
     }
 
     fn give_back(&self, s: TcpStream) {
-        let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.pool.lock_clean();
         if p.len() < POOL_MAX {
             p.push((s, Instant::now()));
         }
@@ -183,7 +184,7 @@ impl MasterConn {
 
     /// Drops every pooled connection (after the master went away).
     pub fn reset(&self) {
-        self.pool.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.pool.lock_clean().clear();
     }
 
     fn exchange(
@@ -260,11 +261,11 @@ impl MasterConn {
     /// Waits (at most the reply deadline) until fewer than [`IN_FLIGHT_MAX`] requests are in
     /// flight, and takes a place among them.
     fn in_flight(&self) -> Result<InFlight<'_>, StoreError> {
-        let busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let busy = self.busy.lock_clean();
         let (mut busy, waited) = self
             .freed
             .wait_timeout_while(busy, self.rpc_timeout, |n| *n >= IN_FLIGHT_MAX)
-            .unwrap_or_else(|e| e.into_inner());
+            .recover();
         if waited.timed_out() && *busy >= IN_FLIGHT_MAX {
             return Err(StoreError::new(
                 code::RPC_TIMEOUT,

@@ -2,6 +2,7 @@
 //! staging buffer, and staged allocations carved out of the latter.
 
 use super::alloc::OffsetAllocator;
+use crate::sync::LockClean;
 use std::sync::{Arc, Mutex};
 
 /// An anonymous private mapping, unmapped on drop.
@@ -95,11 +96,7 @@ impl LocalBuffer {
 
     /// Carves `len` bytes; `None` when the buffer is full.
     pub fn take(self: &Arc<Self>, len: u64) -> Option<Staged> {
-        let off = self
-            .alloc
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .alloc(len)?;
+        let off = self.alloc.lock_clean().alloc(len)?;
         Some(Staged {
             buf: self.clone(),
             addr: self.mem.addr() + off,
@@ -149,11 +146,7 @@ impl Staged {
 impl Drop for Staged {
     fn drop(&mut self) {
         let off = self.addr - self.buf.mem.addr();
-        self.buf
-            .alloc
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .free(off, self.len);
+        self.buf.alloc.lock_clean().free(off, self.len);
     }
 }
 

@@ -14,6 +14,7 @@ use super::flows::{ReadHold, key_ok};
 use super::multi::Mem;
 use super::proto::{GetResult, ReplicaDesc, code, key_chunks};
 use super::reads::Read;
+use crate::sync::LockClean;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -47,7 +48,7 @@ fn valid_keys<'a>(keys: &[&'a str]) -> Vec<(usize, &'a str)> {
 
 impl Shared {
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+        self.sessions.lock_clean()
     }
 
     /// Drops references to sessions; those that were the last end their holds (one ReadDone).

@@ -4,6 +4,7 @@
 //! someone is actually waiting, so the uncontended path is one lock/unlock.
 
 use crate::sync::{Arc, Condvar, Mutex, MutexGuard};
+use crate::sync::{LockClean, Recover};
 use std::collections::VecDeque;
 
 struct State<T> {
@@ -23,7 +24,7 @@ struct Chan<T> {
 
 impl<T> Chan<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_clean()
     }
 }
 
@@ -88,7 +89,7 @@ impl<T> Sender<T> {
         let mut s = self.0.lock();
         while s.items.len() >= self.0.cap && s.receivers > 0 {
             s.waiting_senders += 1;
-            s = self.0.not_full.wait(s).unwrap_or_else(|e| e.into_inner());
+            s = self.0.not_full.wait(s).recover();
             s.waiting_senders -= 1;
         }
         if s.receivers == 0 {
@@ -120,7 +121,7 @@ impl<T> Sender<T> {
                 }
                 queued = 0;
                 s.waiting_senders += 1;
-                s = self.0.not_full.wait(s).unwrap_or_else(|e| e.into_inner());
+                s = self.0.not_full.wait(s).recover();
                 s.waiting_senders -= 1;
             }
             if s.receivers == 0 {
@@ -167,7 +168,7 @@ impl<T> Receiver<T> {
                 return Err(RecvError);
             }
             s.waiting_receivers += 1;
-            s = self.0.not_empty.wait(s).unwrap_or_else(|e| e.into_inner());
+            s = self.0.not_empty.wait(s).recover();
             s.waiting_receivers -= 1;
         }
     }

@@ -7,6 +7,7 @@ use super::{Engine, Inner};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::Registry;
 use crate::metadata::SegmentDesc;
+use crate::sync::LockClean;
 use crate::transport::rdma::{self, RdmaBackend};
 use crate::transport::samehost::SameHostBackend;
 use crate::transport::shared_buffers::SharedBuffersBackend;
@@ -70,7 +71,7 @@ impl Engine {
     /// cannot run here. Idempotent.
     pub fn install_transport(&self, name: &str) -> Result<()> {
         let inner = &self.inner;
-        let _serial = inner.open_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = inner.open_lock.lock_clean();
         if inner.backend(name)?.install(&inner.registry)? {
             inner.publish_logged();
         }

@@ -10,6 +10,7 @@
 //! return a slot index).
 
 use crate::error::{ErrorKind, Result, fail};
+use crate::sync::LockClean;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -166,7 +167,7 @@ impl<T> IdTable<T> {
 
     /// Stores `value` and returns its new id; `TooManyRequests` when `MAX_LIVE` ids are live.
     pub fn insert(&self, value: Arc<T>) -> Result<u64> {
-        let mut a = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
+        let mut a = self.alloc.lock_clean();
         let index = match a.free.pop() {
             Some(i) => i,
             None if (a.next as usize) < MAX_LIVE => {
@@ -262,11 +263,7 @@ impl<T> IdTable<T> {
         let p = slot.value.swap(std::ptr::null_mut(), Ordering::Relaxed);
         // SAFETY: `p` is the table's `Arc::into_raw` reference, retired above with no readers.
         drop(unsafe { Arc::from_raw(p) });
-        self.alloc
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .free
-            .push(index);
+        self.alloc.lock_clean().free.push(index);
         Ok(v)
     }
 }

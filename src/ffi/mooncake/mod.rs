@@ -16,6 +16,7 @@ use super::{ffi_boundary, slice_arg, str_arg, write_c_string_truncated};
 use crate::engine::{AsRequest, Config, Engine, LOCAL_SEGMENT, Request, SegmentId, TaskState};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
+use crate::sync::LockClean;
 use crate::transport::Opcode;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
@@ -54,7 +55,7 @@ impl MooncakeEngine {
     }
 
     fn opened(&self) -> std::sync::MutexGuard<'_, HashMap<String, SegmentId>> {
-        self.opened.lock().unwrap_or_else(|e| e.into_inner())
+        self.opened.lock_clean()
     }
 
     fn no_transport(&self) -> Error {

@@ -1,9 +1,10 @@
 //! Argument borrowing for `store.rs`: handles, key arrays, caller arrays, the replicate config,
 //! and the per-key result writing the batch calls share.
 
+use super::codes::{CResult, TW_STORE_INVALID_PARAMS, TW_STORE_OK, to_c, write_results};
 use super::{tw_store, tw_store_replicate_config};
 use crate::ffi::status::set_last_error;
-use crate::store::proto::{MAX_KEY_LEN, code};
+use crate::store::proto::MAX_KEY_LEN;
 use crate::store::{StoreClient, WriteConfig};
 use std::ffi::{CStr, c_char};
 
@@ -19,7 +20,7 @@ macro_rules! tri {
 
 pub(super) fn bad(msg: impl Into<String>) -> i32 {
     set_last_error(msg.into());
-    code::INVALID_PARAMS
+    TW_STORE_INVALID_PARAMS
 }
 
 /// Borrows the handle.
@@ -52,12 +53,13 @@ pub(super) unsafe fn store_keys<'a>(
 }
 
 /// A batch call whose only arrays are its keys and `results`: borrows the handle, the `n` keys
-/// and `results` (in that order), runs `run` and writes its one code per key into `results`.
-/// Returns OK, or the code of the first unusable argument, or `run`'s own error.
+/// and `results` (in that order), runs `run` and writes its one code per key into `results`
+/// (in the C API's numbers). Returns OK, or the code of the first unusable argument, or `run`'s
+/// own error.
 ///
 /// # Safety
 /// As for `store_keys`; `results` is NULL (only with `n == 0`) or writable for `n` elements.
-pub(super) unsafe fn per_key<T: Copy>(
+pub(super) unsafe fn per_key<T: CResult>(
     s: *const tw_store,
     keys_in: *const *const c_char,
     key_lens: *const usize,
@@ -69,8 +71,11 @@ pub(super) unsafe fn per_key<T: Copy>(
     let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
     // SAFETY: per the contract above.
     let out = tri!(unsafe { arr_mut(results, n, "results") });
-    out.copy_from_slice(&tri!(run(c, &ks)));
-    code::OK
+    match run(c, &ks) {
+        Ok(r) => write_results(out, &r),
+        Err(e) => return to_c(e),
+    }
+    TW_STORE_OK
 }
 
 /// A caller's pointer as the address the store client takes.

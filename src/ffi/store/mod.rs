@@ -1,16 +1,18 @@
 //! `tw_store_*`: the Store client's C API (Mooncake Store semantics).
 //!
-//! Return values are Mooncake Store codes, not `tw_result`: 0 (or a count / byte length) on
-//! success, a negative `TW_STORE_*` code otherwise; batch calls write one code per key into a
-//! caller array and return 0 when the batch ran (a negative code when the arguments themselves
-//! are unusable: NULL arrays, a NULL handle). `tw_last_error_message()` gives the detail of a
-//! failed call. Every function is thread-safe on one `tw_store`; none retains caller pointers.
+//! Return values: 0 (or a count / byte length) on success, a negative `TW_STORE_*` code
+//! otherwise (Mooncake Store's codes, in the one code space of the C API: see `codes`); batch
+//! calls write one code per key into a caller array and return 0 when the batch ran (a negative
+//! code when the arguments themselves are unusable: NULL arrays, a NULL handle).
+//! `tw_last_error_message()` gives the detail of a failed call. Every function is thread-safe
+//! on one `tw_store`; none retains caller pointers.
 //!
 //! Keys: see [`TW_STORE_MAX_KEY_LEN`] (full-length byte strings, `key_lens` next to every
 //! key array).
 
 #[macro_use]
 mod args;
+pub mod codes;
 mod multi;
 mod sessions;
 mod sized;
@@ -18,13 +20,12 @@ mod sized;
 use super::ffi_boundary;
 use super::status::set_last_error;
 use crate::store::copying::Fetched;
-use crate::store::proto::code;
 use crate::store::{StoreClient, StoreConfig};
 use args::{arr, arr_mut, bad, key_buffers, per_key, store, store_keys, write_config};
+use codes::{
+    CResult, TW_STORE_BUFFER_OVERFLOW, TW_STORE_INTERNAL_ERROR, TW_STORE_OK, write_results,
+};
 use std::ffi::{c_char, c_void};
-
-// The literals are for cbindgen; the assertions below check them against `proto` when the
-// crate compiles.
 
 /// Longest key, in bytes (Mooncake's limit, 1 MiB).
 ///
@@ -38,59 +39,6 @@ use std::ffi::{c_char, c_void};
 /// without being read. `tw_store_get_size` takes one key and its length, with the same rules.
 pub const TW_STORE_MAX_KEY_LEN: usize = 1048576;
 const _: () = assert!(TW_STORE_MAX_KEY_LEN == crate::store::proto::MAX_KEY_LEN);
-
-/// Success.
-pub const TW_STORE_OK: i32 = 0;
-/// Internal error.
-pub const TW_STORE_INTERNAL_ERROR: i32 = -1;
-/// Buffer overflow.
-pub const TW_STORE_BUFFER_OVERFLOW: i32 = -10;
-/// Segment not found.
-pub const TW_STORE_SEGMENT_NOT_FOUND: i32 = -101;
-/// No space left in any segment.
-pub const TW_STORE_NO_AVAILABLE_HANDLE: i32 = -200;
-/// Invalid parameters (bad key, pointer or size; destination too small).
-pub const TW_STORE_INVALID_PARAMS: i32 = -600;
-/// The object is being written.
-pub const TW_STORE_REPLICA_IS_NOT_READY: i32 = -703;
-/// No such object.
-pub const TW_STORE_OBJECT_NOT_FOUND: i32 = -704;
-/// Remove refused: a read lease is active.
-pub const TW_STORE_OBJECT_HAS_LEASE: i32 = -706;
-/// The lease ran out before the read finished.
-pub const TW_STORE_LEASE_EXPIRED: i32 = -707;
-/// A data transfer failed.
-pub const TW_STORE_TRANSFER_FAIL: i32 = -800;
-/// The master is unreachable.
-pub const TW_STORE_RPC_FAIL: i32 = -900;
-/// The master did not answer in time.
-pub const TW_STORE_RPC_TIMEOUT: i32 = -901;
-
-const _: () = {
-    let pairs = [
-        (TW_STORE_OK, code::OK),
-        (TW_STORE_INTERNAL_ERROR, code::INTERNAL_ERROR),
-        (TW_STORE_BUFFER_OVERFLOW, code::BUFFER_OVERFLOW),
-        (TW_STORE_SEGMENT_NOT_FOUND, code::SEGMENT_NOT_FOUND),
-        (TW_STORE_NO_AVAILABLE_HANDLE, code::NO_AVAILABLE_HANDLE),
-        (TW_STORE_INVALID_PARAMS, code::INVALID_PARAMS),
-        (TW_STORE_REPLICA_IS_NOT_READY, code::REPLICA_IS_NOT_READY),
-        (TW_STORE_OBJECT_NOT_FOUND, code::OBJECT_NOT_FOUND),
-        (TW_STORE_OBJECT_HAS_LEASE, code::OBJECT_HAS_LEASE),
-        (TW_STORE_LEASE_EXPIRED, code::LEASE_EXPIRED),
-        (TW_STORE_TRANSFER_FAIL, code::TRANSFER_FAIL),
-        (TW_STORE_RPC_FAIL, code::RPC_FAIL),
-        (TW_STORE_RPC_TIMEOUT, code::RPC_TIMEOUT),
-    ];
-    let mut i = 0;
-    while i < pairs.len() {
-        assert!(
-            pairs[i].0 == pairs[i].1,
-            "a TW_STORE_* literal differs from proto::code"
-        );
-        i += 1;
-    }
-};
 
 /// A store client handle (from `tw_store_setup`).
 pub struct tw_store {
@@ -144,7 +92,7 @@ pub unsafe extern "C" fn tw_store_setup(
     master_server_address: *const c_char,
     out: *mut *mut tw_store,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         if out.is_null() {
             return bad("out is NULL");
         }
@@ -174,11 +122,11 @@ pub unsafe extern "C" fn tw_store_setup(
             Ok(client) => {
                 // SAFETY: `out` is non-NULL and writable per the contract.
                 unsafe { *out = Box::into_raw(Box::new(tw_store { client })) };
-                code::OK
+                TW_STORE_OK
             }
             Err(e) => {
                 set_last_error(e.message.clone());
-                e.code
+                codes::to_c(e.code)
             }
         }
     })
@@ -210,15 +158,15 @@ pub unsafe extern "C" fn tw_store_hostname(
     buf: *mut c_char,
     len: usize,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: per the contract.
         let c = tri!(unsafe { store(s) });
         // SAFETY: `buf` is writable for `len` bytes per the contract.
         if unsafe { super::write_c_string(&c.hostname(), buf, len) } {
-            code::OK
+            TW_STORE_OK
         } else {
             set_last_error("hostname buffer too small or NULL".into());
-            code::BUFFER_OVERFLOW
+            TW_STORE_BUFFER_OVERFLOW
         }
     })
 }
@@ -229,7 +177,7 @@ pub unsafe extern "C" fn tw_store_hostname(
 /// `s` is NULL or a live handle (NULL gives 1, "not initialised").
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_health_check(s: *const tw_store) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: per the contract.
         match unsafe { s.as_ref() } {
             None => 1,
@@ -252,7 +200,7 @@ pub unsafe extern "C" fn tw_store_register_buffer(
     addr: *mut c_void,
     len: u64,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: per the contract.
         let c = tri!(unsafe { store(s) });
         if addr.is_null() || len == 0 {
@@ -261,7 +209,7 @@ pub unsafe extern "C" fn tw_store_register_buffer(
         // "*": the location is detected (GPU memory through the driver's pointer attributes,
         // when a CUDA driver is present), so device buffers move through the GPU paths.
         match c.engine().register_memory(addr as u64, len, "*", false) {
-            Ok(()) => code::OK,
+            Ok(()) => TW_STORE_OK,
             Err(e) => bad(e.to_string()),
         }
     })
@@ -273,11 +221,11 @@ pub unsafe extern "C" fn tw_store_register_buffer(
 /// `s` is a live handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_unregister_buffer(s: *const tw_store, addr: *mut c_void) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: per the contract.
         let c = tri!(unsafe { store(s) });
         match c.engine().unregister_memory(addr as u64) {
-            Ok(()) => code::OK,
+            Ok(()) => TW_STORE_OK,
             Err(e) => bad(e.to_string()),
         }
     })
@@ -304,7 +252,7 @@ pub unsafe extern "C" fn tw_store_put(
     cfg: *const tw_store_replicate_config,
     results: *mut i32,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         // SAFETY: pointers as documented in this function's contract.
@@ -339,8 +287,8 @@ pub unsafe extern "C" fn tw_store_put(
             // SAFETY: each buffer is readable and unchanged during the call per the contract.
             unsafe { c.put_from(&items, upsert != 0, &wcfg) }
         };
-        out.copy_from_slice(&r);
-        code::OK
+        write_results(out, &r);
+        TW_STORE_OK
     })
 }
 
@@ -361,7 +309,7 @@ pub unsafe extern "C" fn tw_store_get_into(
     n: usize,
     results: *mut i64,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         // SAFETY: pointers as documented in this function's contract.
@@ -372,8 +320,8 @@ pub unsafe extern "C" fn tw_store_get_into(
         let out = tri!(unsafe { arr_mut(results, n, "results") });
         let items = key_buffers(&ks, ps, cs);
         // SAFETY: each destination is writable and unshared per the contract.
-        out.copy_from_slice(&unsafe { c.get_into(&items) });
-        code::OK
+        write_results(out, &unsafe { c.get_into(&items) });
+        TW_STORE_OK
     })
 }
 
@@ -392,7 +340,7 @@ pub unsafe extern "C" fn tw_store_get_copy(
     values: *mut tw_store_value,
     results: *mut i64,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         // SAFETY: pointers as documented in this function's contract.
@@ -422,11 +370,11 @@ pub unsafe extern "C" fn tw_store_get_copy(
                         len: 0,
                         owner: std::ptr::null_mut(),
                     };
-                    *o = e as i64;
+                    *o = i64::from(codes::to_c(e));
                 }
             }
         }
-        code::OK
+        TW_STORE_OK
     })
 }
 
@@ -468,7 +416,7 @@ pub unsafe extern "C" fn tw_store_get_ranges(
     n: usize,
     results: *mut i64,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         // SAFETY: pointers as documented in this function's contract.
@@ -483,8 +431,8 @@ pub unsafe extern "C" fn tw_store_get_ranges(
             .map(|i| (ks[i], ds[i] as u64, os[i], ls[i]))
             .collect();
         // SAFETY: each destination is writable and unshared per the contract.
-        out.copy_from_slice(&unsafe { c.get_ranges(&frags) });
-        code::OK
+        write_results(out, &unsafe { c.get_ranges(&frags) });
+        TW_STORE_OK
     })
 }
 
@@ -500,7 +448,7 @@ pub unsafe extern "C" fn tw_store_get_size(
     key: *const c_char,
     key_len: usize,
 ) -> i64 {
-    ffi_boundary!(code::INTERNAL_ERROR as i64, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR as i64, {
         // SAFETY: `s` is a live handle per the contract above.
         let c = tri!(unsafe { store(s) }.map_err(i64::from));
         // SAFETY: `key` is readable for `key_len` bytes per the contract above.
@@ -510,7 +458,7 @@ pub unsafe extern "C" fn tw_store_get_size(
         };
         match c.sizes(&[k])[0] {
             Ok(n) => n as i64,
-            Err(e) => e as i64,
+            Err(e) => i64::from(codes::to_c(e)),
         }
     })
 }
@@ -528,7 +476,7 @@ pub unsafe extern "C" fn tw_store_exist(
     n: usize,
     results: *mut i32,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         unsafe { per_key(s, keys_in, key_lens, n, results, |c, ks| Ok(c.exist(ks))) }
     })
@@ -548,7 +496,7 @@ pub unsafe extern "C" fn tw_store_remove(
     force: bool,
     results: *mut i32,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         unsafe {
             per_key(s, keys_in, key_lens, n, results, |c, ks| {
@@ -568,13 +516,13 @@ pub unsafe extern "C" fn tw_store_remove_by_regex(
     pattern: *const c_char,
     force: bool,
 ) -> i64 {
-    ffi_boundary!(code::INTERNAL_ERROR as i64, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR as i64, {
         // SAFETY: `s` is a live handle per the contract above.
         let c = tri!(unsafe { store(s) }.map_err(i64::from));
         // SAFETY: `pattern` is a C string per the contract above.
         let p = unsafe { super::str_arg(pattern, "pattern") };
         let p = tri!(p.map_err(|e| bad(e.to_string()) as i64));
-        c.remove_by_regex(p, force)
+        c.remove_by_regex(p, force).to_c()
     })
 }
 
@@ -584,9 +532,9 @@ pub unsafe extern "C" fn tw_store_remove_by_regex(
 /// `s` is a live handle.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_remove_all(s: *const tw_store, force: bool) -> i64 {
-    ffi_boundary!(code::INTERNAL_ERROR as i64, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR as i64, {
         // SAFETY: `s` is a live handle per the contract above.
         let c = tri!(unsafe { store(s) }.map_err(i64::from));
-        c.remove_all(force)
+        c.remove_all(force).to_c()
     })
 }

@@ -3,10 +3,10 @@
 //! come as two flat arrays (addresses, sizes), key `i` owning the next `piece_counts[i]` of them.
 
 use super::args::{arr, arr_mut, bad, store_keys, write_config};
+use super::codes::{TW_STORE_INTERNAL_ERROR, TW_STORE_OK, write_results};
 use super::{tw_store, tw_store_replicate_config};
 use crate::ffi::ffi_boundary;
 use crate::store::multi::{KeyPieces, Piece};
-use crate::store::proto::code;
 use std::ffi::{c_char, c_void};
 
 /// Checks that the per-key piece counts add up to the length of the flat arrays (before they
@@ -88,7 +88,7 @@ pub unsafe extern "C" fn tw_store_put_multi(
     cfg: *const tw_store_replicate_config,
     results: *mut i32,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         // SAFETY: pointers as documented in this function's contract.
@@ -102,8 +102,10 @@ pub unsafe extern "C" fn tw_store_put_multi(
         // SAFETY: per the contract above.
         let wcfg = unsafe { write_config(cfg) };
         // SAFETY: each piece is readable and unchanged during the call per the contract.
-        out.copy_from_slice(&unsafe { c.put_from_pieces(&items, upsert != 0, &wcfg) });
-        code::OK
+        write_results(out, &unsafe {
+            c.put_from_pieces(&items, upsert != 0, &wcfg)
+        });
+        TW_STORE_OK
     })
 }
 
@@ -138,7 +140,7 @@ pub unsafe extern "C" fn tw_store_get_into_multi(
     n_pieces: usize,
     results: *mut i64,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         // SAFETY: pointers as documented in this function's contract.
@@ -150,8 +152,8 @@ pub unsafe extern "C" fn tw_store_get_into_multi(
         let out = tri!(unsafe { arr_mut(results, n, "results") });
         let items = split(&ks, counts, &flat);
         // SAFETY: each piece is writable, disjoint and unshared during the call per the contract.
-        out.copy_from_slice(&unsafe { c.get_into_pieces(&items) });
-        code::OK
+        write_results(out, &unsafe { c.get_into_pieces(&items) });
+        TW_STORE_OK
     })
 }
 

@@ -3,10 +3,11 @@
 //! and `tw_store_get_replicas` (Mooncake's `batch_get_replica_desc`).
 
 use super::args::{arr, arr_mut, per_key, store_keys};
+use super::codes::{TW_STORE_INTERNAL_ERROR, TW_STORE_OK, to_c, write_results};
 use super::multi::counted;
 use super::tw_store;
 use crate::ffi::ffi_boundary;
-use crate::store::proto::{MAX_NAME_LEN, MAX_REPLICAS, code};
+use crate::store::proto::{MAX_NAME_LEN, MAX_REPLICAS};
 use crate::store::sessions::{RangeFrag, split_frags};
 use std::ffi::{c_char, c_void};
 
@@ -54,7 +55,7 @@ pub unsafe extern "C" fn tw_store_get_session_start(
     n: usize,
     results: *mut i32,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         unsafe {
             per_key(s, keys_in, key_lens, n, results, |c, ks| {
@@ -78,11 +79,11 @@ pub unsafe extern "C" fn tw_store_get_session_end(
     key_lens: *const usize,
     n: usize,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         c.get_session_end(&ks);
-        code::OK
+        TW_STORE_OK
     })
 }
 
@@ -117,7 +118,7 @@ pub unsafe extern "C" fn tw_store_get_session_ranges(
     n_frags: usize,
     results: *mut i64,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         // SAFETY: pointers as documented in this function's contract.
@@ -137,8 +138,8 @@ pub unsafe extern "C" fn tw_store_get_session_ranges(
         let items: Vec<(&str, &[RangeFrag])> =
             ks.iter().copied().zip(split_frags(counts, &flat)).collect();
         // SAFETY: each destination is writable, disjoint and unshared per the contract.
-        out.copy_from_slice(&unsafe { c.get_session_ranges(&items) });
-        code::OK
+        write_results(out, &unsafe { c.get_session_ranges(&items) });
+        TW_STORE_OK
     })
 }
 
@@ -163,7 +164,7 @@ pub unsafe extern "C" fn tw_store_get_replicas(
     replicas: *mut tw_store_replica,
     counts: *mut i64,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
         let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
         let Some(cap) = n.checked_mul(TW_STORE_MAX_REPLICAS) else {
@@ -194,9 +195,9 @@ pub unsafe extern "C" fn tw_store_get_replicas(
                     }
                     reps.len().min(TW_STORE_MAX_REPLICAS) as i64
                 }
-                Err(code) => code as i64,
+                Err(code) => i64::from(to_c(code)),
             };
         }
-        code::OK
+        TW_STORE_OK
     })
 }

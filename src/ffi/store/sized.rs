@@ -2,6 +2,7 @@
 //! its size is known, and the bytes are read straight into it).
 
 use super::args::{bad, per_key};
+use super::codes::TW_STORE_INTERNAL_ERROR;
 use super::tw_store;
 use crate::ffi::ffi_boundary;
 use crate::store::StoreClient;
@@ -16,8 +17,8 @@ pub type tw_store_alloc_fn =
 /// Copying get without staging: once a key's size is known, `alloc(ctx, i, size)` is called
 /// (on the calling thread, in key order, before any byte moves) and the value is read straight
 /// into the memory it returns. Per key in `results`: bytes read, or a negative code (-704
-/// missing; -1 when `alloc` returned NULL). Keys `alloc` was called for but whose result is
-/// negative may have been partly written.
+/// missing; `TW_STORE_INTERNAL_ERROR` when `alloc` returned NULL). Keys `alloc` was called for
+/// but whose result is negative may have been partly written.
 ///
 /// # Safety
 /// `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
@@ -34,7 +35,7 @@ pub unsafe extern "C" fn tw_store_get_sized(
     ctx: *mut c_void,
     results: *mut i64,
 ) -> i32 {
-    ffi_boundary!(code::INTERNAL_ERROR, {
+    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         let run = |c: &StoreClient, ks: &[&str]| {
             let Some(alloc) = alloc else {
                 return Err(bad("alloc is NULL"));

@@ -8,6 +8,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::etcd::cache::{Lookup, WatchCache, run_watch};
 use crate::etcd::{EtcdClient, is_lease_not_found};
 use crate::log::Level;
+use crate::sync::{LockClean, Recover};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -53,7 +54,7 @@ pub struct EtcdStore {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Owned> {
-        self.owned.lock().unwrap_or_else(|e| e.into_inner())
+        self.owned.lock_clean()
     }
 
     /// Grants a fresh lease and writes every owned key on it.
@@ -93,11 +94,11 @@ impl Shared {
         let mut down = false;
         loop {
             {
-                let stop = self.stop.lock().unwrap_or_else(|e| e.into_inner());
+                let stop = self.stop.lock_clean();
                 let (stop, _) = self
                     .wake
                     .wait_timeout_while(stop, period, |s| !*s)
-                    .unwrap_or_else(|e| e.into_inner());
+                    .recover();
                 if *stop {
                     return;
                 }
@@ -254,9 +255,9 @@ impl EtcdStore {
     /// Stops the threads and revokes the lease (which deletes any key still on it).
     pub fn close(&self) {
         self.watch_stop.store(true, Ordering::Release);
-        *self.shared.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        *self.shared.stop.lock_clean() = true;
         self.shared.wake.notify_all();
-        let keeper = self.keeper.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let keeper = self.keeper.lock_clean().take();
         if let Some(t) = keeper {
             let _ = t.join();
             let mut o = self.shared.lock();

@@ -8,6 +8,7 @@
 
 use crate::log::Level;
 use crate::net::{self, AtCap, Limits, Listening, Next, Prefixed, Session, Want, Worker};
+use crate::sync::LockClean;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -390,7 +391,7 @@ impl MetadataStore {
                 b"metadata key is required".to_vec(),
             );
         }
-        let mut m = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.map.lock_clean();
         match r.method.as_str() {
             "GET" => match m.get(key) {
                 Some(v) => (200, "application/json", v.clone()),

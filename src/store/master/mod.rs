@@ -13,6 +13,7 @@ pub mod server;
 
 use crate::etcd::journal_writer::JournalWriter;
 use crate::store::proto::{KeyVersion, REMOVE_STRETCH_MS, Reply, Request, StartResult, code};
+use crate::sync::{LockClean, RwLockClean};
 use metrics::Metrics;
 use objects::Objects;
 use segments::{Segments, Strategy};
@@ -131,14 +132,11 @@ impl Master {
 
     /// HA: refuse every request with `why` (`Some`), or serve (`None`).
     pub fn set_standby(&self, why: Option<String>) {
-        *self.standby.write().unwrap_or_else(|e| e.into_inner()) = why;
+        *self.standby.write_clean() = why;
     }
 
     fn touch(&self, client_id: u64) {
-        self.clients
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(client_id, Instant::now());
+        self.clients.lock_clean().insert(client_id, Instant::now());
     }
 
     /// Clients whose heartbeats are arriving (each within the hold grace of now).
@@ -146,8 +144,7 @@ impl Master {
         let grace = Duration::from_millis(crate::store::proto::HOLD_PING_GRACE_MS);
         let now = Instant::now();
         self.clients
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .lock_clean()
             .iter()
             .filter(|(_, t)| now.duration_since(**t) < grace)
             .map(|(id, _)| *id)
@@ -162,7 +159,7 @@ impl Master {
                 message: m,
             });
         }
-        if let Some(why) = &*self.standby.read().unwrap_or_else(|e| e.into_inner()) {
+        if let Some(why) = &*self.standby.read_clean() {
             return Some(Reply::Error {
                 code: code::RPC_FAIL,
                 message: why.clone(),
@@ -442,7 +439,7 @@ impl Master {
     fn expire_clients(&self) {
         let now = Instant::now();
         let (silent, expired): (Vec<u64>, Vec<u64>) = {
-            let mut c = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+            let mut c = self.clients.lock_clean();
             let silent: Vec<u64> = c
                 .iter()
                 .filter(|(_, t)| now.duration_since(**t) > self.cfg.client_ttl)
@@ -484,7 +481,7 @@ impl Master {
     /// Prometheus text exposition.
     pub fn metrics_text(&self) -> String {
         let (segments, used, cap) = self.segs.usage();
-        let clients = self.clients.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let clients = self.clients.lock_clean().len();
         self.metrics
             .render(self.objs.count(), used, cap, segments, clients)
     }
@@ -496,15 +493,12 @@ impl Master {
     /// Whether this master serves requests (`false`: an HA standby, or a leader still
     /// rebuilding its state).
     pub fn serving(&self) -> bool {
-        self.standby
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none()
+        self.standby.read_clean().is_none()
     }
 
     /// Clients the master is tracking (heard from within `client_ttl + client_grace`).
     pub fn client_count(&self) -> usize {
-        self.clients.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.clients.lock_clean().len()
     }
 
     /// Objects stored (complete or in flight).

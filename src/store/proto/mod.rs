@@ -48,7 +48,9 @@ pub const MAX_PREFERRED: usize = 64;
 /// apart (they are sent every second).
 pub const HOLD_PING_GRACE_MS: u64 = 3_000;
 
-/// Mooncake's error codes (`types.h`), used per key in results and by the Python layer.
+/// Mooncake's error codes (`types.h`), used per key in results and by the Python layer. The C API
+/// gives -1 and -10 other numbers (`ffi::store::codes`); a code added here must be -1, -10 or
+/// below -100 (its test reads this list).
 pub mod code {
     /// Success.
     pub const OK: i32 = 0;
@@ -84,8 +86,6 @@ pub mod code {
     pub const RPC_FAIL: i32 = -900;
     /// The master did not answer in time.
     pub const RPC_TIMEOUT: i32 = -901;
-    /// Client not initialised (setup not called or failed).
-    pub const NOT_INITIALIZED: i32 = -2;
 }
 
 /// Where a write goes and how it is kept (Mooncake's `ReplicateConfig`).

@@ -7,6 +7,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
 use crate::memory::Registry;
 use crate::metadata::SegmentDesc;
+use crate::sync::LockClean;
 use crate::transport::{Backend, PeerSegment, Route};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -43,7 +44,7 @@ impl RdmaBackend {
     }
 
     fn note(&self) -> MutexGuard<'_, String> {
-        self.note.lock().unwrap_or_else(|e| e.into_inner())
+        self.note.lock_clean()
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::device::{Device, errno};
 use super::sys::*;
+use crate::sync::LockClean;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -232,7 +233,7 @@ impl<W> Endpoint<W> {
     /// True when nothing is posted or waiting on any queue pair.
     pub(crate) fn idle(&self) -> bool {
         self.state.iter().all(|s| {
-            let s = s.lock().unwrap_or_else(|e| e.into_inner());
+            let s = s.lock_clean();
             s.outstanding == 0 && s.pending.is_empty()
         })
     }

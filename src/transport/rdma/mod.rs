@@ -14,6 +14,7 @@ pub mod verbs;
 use crate::log::Level;
 use crate::metadata::SegmentDesc;
 use crate::metadata::descriptor::DeviceDesc;
+use crate::sync::{LockClean, Recover, RwLockClean};
 use device::{Device, gid_string, parse_gid};
 use endpoint::Remote;
 use post::Work;
@@ -154,7 +155,7 @@ impl Rdma {
                 .spawn(move || crate::guard::guarded("rdma retry", || r.retry_loop()))
                 .map_err(|e| format!("starting retry thread: {e}"))?,
         );
-        *rdma.threads.lock().unwrap_or_else(|e| e.into_inner()) = threads;
+        *rdma.threads.lock_clean() = threads;
         tw_log!(
             Level::Info,
             "rdma: {} via {} ({} device(s): {})",
@@ -203,11 +204,7 @@ impl Rdma {
             }
             mrs.push(mr);
         }
-        let old = self
-            .mrs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(base, MrSet { len, mrs });
+        let old = self.mrs.write_clean().insert(base, MrSet { len, mrs });
         if let Some(old) = old {
             self.dereg(old);
         }
@@ -226,11 +223,7 @@ impl Rdma {
 
     /// Deregisters the region starting at `base` from every device.
     pub fn unregister(&self, base: u64) {
-        let set = self
-            .mrs
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&base);
+        let set = self.mrs.write_clean().remove(&base);
         if let Some(set) = set {
             self.dereg(set);
         }
@@ -238,7 +231,7 @@ impl Rdma {
 
     /// `(rkeys, lkeys)` of the region starting at `base`, one per device.
     pub fn keys(&self, base: u64) -> Option<(Vec<u32>, Vec<u32>)> {
-        let map = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.mrs.read_clean();
         let set = map.get(&base)?;
         // SAFETY: live MRs (freed only after leaving the map, under the write lock).
         Some(unsafe {
@@ -251,7 +244,7 @@ impl Rdma {
 
     /// Local key of device `dev` for `[addr, addr+len)`.
     pub(crate) fn lkey(&self, addr: u64, len: u64, dev: usize) -> Option<u32> {
-        let map = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.mrs.read_clean();
         let (base, set) = map.range(..=addr).next_back()?;
         if addr.checked_add(len)? > base + set.len {
             return None;
@@ -274,16 +267,13 @@ impl Rdma {
     ) -> Result<Arc<Endpoint>, String> {
         let pdev = &peer.desc.devices[pj];
         let key = (li, format!("{}@{}", peer.name, pdev.name));
-        let mut map = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.active.lock_clean();
         if let Some(ep) = map.get(&key) {
             if !ep.broken.load(std::sync::atomic::Ordering::Acquire) {
                 return Ok(ep.clone());
             }
             let old = map.remove(&key).expect("present");
-            self.retired
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(old);
+            self.retired.lock_clean().push(old);
         }
         let ep = Endpoint::create(
             self.devices[li].clone(),
@@ -420,8 +410,7 @@ impl Rdma {
             .passive_seq
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.passive
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .lock_clean()
             .insert((li, sender), (seq, Arc::new(ep)));
         Ok(reply)
     }
@@ -430,7 +419,7 @@ impl Rdma {
     /// the oldest handshake is destroyed (its sender re-handshakes if it still needs it), so that
     /// many sender names cannot hold queue pairs without bound.
     fn make_room_for_passive(&self, li: usize, sender: &str) {
-        let mut map = self.passive.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.passive.lock_clean();
         let key = (li, sender.to_string());
         if map.contains_key(&key) {
             return;
@@ -458,15 +447,10 @@ impl Rdma {
         if self.stop.swap(true, std::sync::atomic::Ordering::AcqRel) {
             return;
         }
-        for ep in self
-            .active
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-        {
+        for ep in self.active.lock_clean().values() {
             ep.to_error();
         }
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let threads = std::mem::take(&mut *self.threads.lock_clean());
         for t in threads {
             let _ = t.join();
         }
@@ -475,34 +459,20 @@ impl Rdma {
         }
         let eps: Vec<Arc<Endpoint>> = self
             .active
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .lock_clean()
             .drain()
             .map(|(_, e)| e)
-            .chain(
-                self.retired
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .drain(..),
-            )
+            .chain(self.retired.lock_clean().drain(..))
             .collect();
         for ep in &eps {
             for st in &ep.state {
-                let pending: Vec<Box<Work>> = st
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .pending
-                    .drain(..)
-                    .collect();
+                let pending: Vec<Box<Work>> = st.lock_clean().pending.drain(..).collect();
                 for w in pending {
                     w.fail(crate::error::ErrorKind::Shutdown);
                 }
             }
         }
-        self.passive
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.passive.lock_clean().clear();
     }
 }
 
@@ -520,19 +490,10 @@ fn qp_list(v: &serde_json::Value) -> Vec<u32> {
 
 impl Drop for Rdma {
     fn drop(&mut self) {
-        self.active
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        self.passive
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        self.retired
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        let sets = std::mem::take(self.mrs.get_mut().unwrap_or_else(|e| e.into_inner()));
+        self.active.get_mut().recover().clear();
+        self.passive.get_mut().recover().clear();
+        self.retired.get_mut().recover().clear();
+        let sets = std::mem::take(self.mrs.get_mut().recover());
         for (_, s) in sets {
             self.dereg(s);
         }

@@ -8,6 +8,7 @@ use super::{Endpoint, QpState};
 use crate::error::ErrorKind;
 use crate::log::Level;
 use crate::metadata::SegmentDesc;
+use crate::sync::LockClean;
 use crate::transport::{Opcode, Slice};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
@@ -155,7 +156,7 @@ impl Rdma {
                     w.wr.rdma_rkey = rkey;
                     w.wr.next = std::ptr::null_mut();
                     w.ep = Some((ep.clone(), qi));
-                    let mut st = ep.state[qi].lock().unwrap_or_else(|e| e.into_inner());
+                    let mut st = ep.state[qi].lock_clean();
                     match post_locked(&ep, qi, &mut st, w) {
                         Ok(_) => return,
                         Err((back, msg)) => {
@@ -256,7 +257,7 @@ impl Rdma {
         };
         let first_error = c.status != IBV_WC_SUCCESS && !ep.broken.swap(true, Ordering::AcqRel);
         {
-            let mut st = ep.state[qi].lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = ep.state[qi].lock_clean();
             if let Some(i) = st.posted.iter().position(|p| p.0 == c.wr_id) {
                 st.posted.remove(i);
             }
@@ -357,15 +358,14 @@ impl Rdma {
         let mut eps = self.active_on(di);
         eps.extend(
             self.retired
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .lock_clean()
                 .iter()
                 .filter(|e| e.dev_index == di)
                 .cloned(),
         );
         for ep in eps {
             let late = (0..ep.qps.len()).any(|qi| {
-                let st = ep.state[qi].lock().unwrap_or_else(|e| e.into_inner());
+                let st = ep.state[qi].lock_clean();
                 st.posted.iter().any(|&(_, deadline)| deadline <= now)
             });
             if late && !ep.broken.swap(true, Ordering::AcqRel) {
@@ -383,8 +383,7 @@ impl Rdma {
     /// The active endpoints on device `di` (a snapshot; the map's lock is released).
     fn active_on(&self, di: usize) -> Vec<Arc<Endpoint>> {
         self.active
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .lock_clean()
             .values()
             .filter(|e| e.dev_index == di)
             .cloned()
@@ -397,13 +396,13 @@ impl Rdma {
         let eps = self.active_on(di);
         for ep in eps {
             for qi in 0..ep.qps.len() {
-                let mut st = ep.state[qi].lock().unwrap_or_else(|e| e.into_inner());
+                let mut st = ep.state[qi].lock_clean();
                 if !st.pending.is_empty() {
                     self.drain(&ep, qi, &mut st);
                 }
             }
         }
-        let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        let mut retired = self.retired.lock_clean();
         retired.retain(|ep| {
             if ep.dev_index == di && ep.idle() {
                 ep.destroy();

@@ -4,6 +4,7 @@
 //! never picked up. Nothing RDMA is linked at build time.
 
 use super::sys::*;
+use crate::sync::LockClean;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 
 /// Environment variable naming the verbs library to load instead of `libibverbs.so.1`.
@@ -88,7 +89,7 @@ impl Verbs {
             .unwrap_or_else(|| DEFAULT_LIB.to_string());
         static LOADED: std::sync::Mutex<Vec<std::sync::Arc<Verbs>>> =
             std::sync::Mutex::new(Vec::new());
-        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+        let mut loaded = LOADED.lock_clean();
         if let Some(v) = loaded.iter().find(|v| v.path == path) {
             return Ok(v.clone());
         }

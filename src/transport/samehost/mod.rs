@@ -27,6 +27,7 @@ pub use backend::{SameHostBackend, TW_PROTOCOL_VERSION, verified_pid};
 
 use crate::auth::AuthKey;
 use crate::memory::Registry;
+use crate::sync::LockClean;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, Weak};
 
@@ -65,26 +66,19 @@ fn engines() -> &'static Mutex<Announced> {
 /// Makes an engine's registry findable by its token within this process, by engines holding
 /// the same `key`.
 pub fn announce(token: u64, registry: Weak<Registry>, key: AuthKey) {
-    engines()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(token, (registry, key));
+    engines().lock_clean().insert(token, (registry, key));
 }
 
 /// Forgets an engine (on shutdown).
 pub fn withdraw(token: u64) {
-    engines()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&token);
+    engines().lock_clean().remove(&token);
 }
 
 /// The registry of an engine of this process with `token`, if it is still alive and holds the
 /// same `key` as the caller.
 pub fn find_in_process(token: u64, key: &AuthKey) -> Option<Weak<Registry>> {
     engines()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .lock_clean()
         .get(&token)
         .filter(|(w, k)| w.strong_count() > 0 && k == key)
         .map(|(w, _)| w.clone())

@@ -1,6 +1,7 @@
 //! The HA state the admin routes report (`/ha_status`, `/role`, `/leader`, `/health`), set by
 //! the election loop.
 
+use crate::sync::LockClean;
 use std::sync::Mutex;
 
 /// A master's runtime state, as Mooncake names it (`/ha_status`; `/role` maps it to `leader` or
@@ -91,7 +92,7 @@ impl HaStatus {
 
     /// Records a change.
     pub fn set(&self, state: RuntimeState, leader: Option<String>, view_version: Option<u64>) {
-        *self.view.lock().unwrap_or_else(|e| e.into_inner()) = HaView {
+        *self.view.lock_clean() = HaView {
             state,
             leader,
             view_version,
@@ -100,7 +101,7 @@ impl HaStatus {
 
     /// The current view.
     pub fn view(&self) -> HaView {
-        self.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.view.lock_clean().clone()
     }
 
     /// Whether HA is on.

@@ -19,6 +19,7 @@
 use super::MasterConfig;
 use super::segments::{Placed, Replica, Segments};
 use crate::store::proto::{GetResult, KeyVersion, PutItem, StartResult, WriteConfig, code};
+use crate::sync::LockClean;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -342,13 +343,11 @@ impl Objects {
     }
 
     fn shard(&self, i: usize) -> MutexGuard<'_, Shard> {
-        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+        self.shards[i].lock_clean()
     }
 
     fn all(&self) -> impl Iterator<Item = MutexGuard<'_, Shard>> {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()))
+        self.shards.iter().map(|s| s.lock_clean())
     }
 
     fn now(&self) -> Tick {

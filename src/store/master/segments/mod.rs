@@ -2,6 +2,7 @@
 
 use crate::store::alloc::OffsetAllocator;
 use crate::store::proto::{ReplicaDesc, WriteConfig, code};
+use crate::sync::{LockClean, RwLockClean};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -86,11 +87,7 @@ pub struct Placed {
 
 impl Segment {
     fn free_one(&self, offset: u64, len: u64) {
-        let ok = self
-            .alloc
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .free(offset, len);
+        let ok = self.alloc.lock_clean().free(offset, len);
         if !ok {
             self.refused_free(offset, len);
         }
@@ -145,7 +142,7 @@ impl Segments {
     /// Mounts a segment. Mounting the same name again by the same owner with the same range is a
     /// no-op (re-mount); another owner's name is refused.
     pub fn mount(&self, client_id: u64, name: &str, base: u64, size: u64) -> Result<u32, i32> {
-        let mut t = self.table.write().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.table.write_clean();
         if let Some(id) = t.by_name.get(name) {
             let s = &t.by_id[id];
             if s.client_id == client_id && s.base == base && s.size == size {
@@ -179,7 +176,7 @@ impl Segments {
 
     /// Removes a segment from the table (its replicas must be dropped by the caller).
     pub fn unmount(&self, id: u32) -> Option<Arc<Segment>> {
-        let mut t = self.table.write().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.table.write_clean();
         let s = t.by_id.remove(&id)?;
         t.by_name.remove(&s.name);
         self.clear_flags(&s);
@@ -188,18 +185,13 @@ impl Segments {
 
     /// Id of a mounted name.
     pub fn id_of(&self, name: &str) -> Option<u32> {
-        self.table
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .by_name
-            .get(name)
-            .copied()
+        self.table.read_clean().by_name.get(name).copied()
     }
 
     /// Marks the segment `name` unhealthy (until its owner's next heartbeat); returns whether it
     /// was healthy before.
     pub fn mark_unhealthy(&self, name: &str) -> bool {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         let newly = t
             .by_name
             .get(name)
@@ -212,7 +204,7 @@ impl Segments {
 
     /// Suspends a silent client's segments; returns whether any was not suspended before.
     pub fn suspend_client(&self, client_id: u64) -> bool {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         let mut newly = 0;
         for s in t.by_id.values().filter(|s| s.client_id == client_id) {
             if !s.suspended.swap(true, Ordering::Relaxed) {
@@ -228,7 +220,7 @@ impl Segments {
         if self.flagged.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         for s in t.by_id.values().filter(|s| s.client_id == client_id) {
             self.clear_flags(s);
         }
@@ -242,7 +234,7 @@ impl Segments {
 
     /// Whether segment `id`'s owner is suspended (missed its heartbeats).
     pub fn suspended(&self, id: u32) -> bool {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         t.by_id
             .get(&id)
             .is_some_and(|s| s.suspended.load(Ordering::Relaxed))
@@ -250,7 +242,7 @@ impl Segments {
 
     /// Ids of a client's segments.
     pub fn of_client(&self, client_id: u64) -> Vec<u32> {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         t.by_id
             .values()
             .filter(|s| s.client_id == client_id)
@@ -260,11 +252,11 @@ impl Segments {
 
     /// (segments, used bytes, capacity).
     pub fn usage(&self) -> (usize, u64, u64) {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         let mut used = 0;
         let mut cap = 0;
         for s in t.by_id.values() {
-            let a = s.alloc.lock().unwrap_or_else(|e| e.into_inner());
+            let a = s.alloc.lock_clean();
             used += a.used();
             cap += a.size();
         }
@@ -273,7 +265,7 @@ impl Segments {
 
     /// Every mounted segment: (client, name, base, size).
     pub fn list(&self) -> Vec<(u64, String, u64, u64)> {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         t.by_id
             .values()
             .map(|s| (s.client_id, s.name.to_string(), s.base, s.size))
@@ -282,14 +274,9 @@ impl Segments {
 
     /// Takes `[offset, offset+len)` of the segment `name` for a rebuilt replica.
     pub fn reserve(&self, name: &str, offset: u64, len: u64) -> Option<Replica> {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         let s = &t.by_id[t.by_name.get(name)?];
-        if !s
-            .alloc
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .reserve(offset, len)
-        {
+        if !s.alloc.lock_clean().reserve(offset, len) {
             return None;
         }
         Some(Replica { seg: s.id, offset })
@@ -297,20 +284,14 @@ impl Segments {
 
     /// Name of a mounted segment.
     pub fn name_of(&self, id: u32) -> Option<String> {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         t.by_id.get(&id).map(|s| s.name.to_string())
     }
 
     /// Returns a replica's buffer of `len` bytes to its segment (ignored when the segment is
     /// gone).
     pub fn free(&self, r: &Replica, len: u64) {
-        let seg = self
-            .table
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .by_id
-            .get(&r.seg)
-            .cloned();
+        let seg = self.table.read_clean().by_id.get(&r.seg).cloned();
         if let Some(s) = seg {
             s.free_one(r.offset, len);
         }
@@ -322,13 +303,13 @@ impl Segments {
         if bufs.is_empty() {
             return;
         }
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         let mut i = 0;
         while i < bufs.len() {
             let seg = bufs[i].0.seg;
             let run = bufs[i..].iter().take_while(|(r, _)| r.seg == seg).count();
             if let Some(s) = t.by_id.get(&seg) {
-                let mut a = s.alloc.lock().unwrap_or_else(|e| e.into_inner());
+                let mut a = s.alloc.lock_clean();
                 for (r, len) in &bufs[i..i + run] {
                     if !a.free(r.offset, *len) {
                         s.refused_free(r.offset, *len);
@@ -341,20 +322,20 @@ impl Segments {
 
     /// The wire form of replicas of `len` bytes (those whose segment is gone are left out).
     pub fn descs(&self, rs: &[Replica], len: u64) -> Vec<ReplicaDesc> {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         rs.iter().filter_map(|r| t.desc(r, len)).collect()
     }
 
     /// Runs `f` with a read view of the segment table, for resolving many replicas at once.
     pub fn with_view<R>(&self, f: impl FnOnce(&SegView<'_>) -> R) -> R {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         f(&SegView(&t))
     }
 
     /// Segment names and offsets of replicas, as the journal records them (those whose
     /// segment is gone are left out).
     pub fn named(&self, rs: &[Replica]) -> Vec<(Arc<str>, u64)> {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         rs.iter()
             .filter_map(|r| t.by_id.get(&r.seg).map(|s| (s.name.clone(), r.offset)))
             .collect()
@@ -387,7 +368,7 @@ pub struct SegmentInfo {
 impl Segment {
     fn info(&self) -> SegmentInfo {
         let (used, capacity) = {
-            let a = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
+            let a = self.alloc.lock_clean();
             (a.used(), a.size())
         };
         SegmentInfo {
@@ -408,14 +389,7 @@ impl Segments {
     /// Read-only admin listing: every mounted segment (at most [`MAX_SEGMENTS`]), sorted by
     /// name. The table lock is held only to copy the segment handles out.
     pub fn details(&self) -> Vec<SegmentInfo> {
-        let segs: Vec<Arc<Segment>> = self
-            .table
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .by_id
-            .values()
-            .cloned()
-            .collect();
+        let segs: Vec<Arc<Segment>> = self.table.read_clean().by_id.values().cloned().collect();
         let mut out: Vec<SegmentInfo> = segs.iter().map(|s| s.info()).collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
@@ -424,7 +398,7 @@ impl Segments {
     /// Read-only admin query of the segment `name`.
     pub fn detail(&self, name: &str) -> Option<SegmentInfo> {
         let seg = {
-            let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+            let t = self.table.read_clean();
             t.by_id.get(t.by_name.get(name)?).cloned()
         };
         seg.map(|s| s.info())

@@ -1,6 +1,7 @@
 //! Placement: choosing the segments a new object's replicas go to, per [`Strategy`].
 
 use super::*;
+use crate::sync::{LockClean, RwLockClean};
 
 impl Segments {
     fn next_random(&self) -> u64 {
@@ -24,7 +25,7 @@ impl Segments {
             }
         }
         let segs: Vec<Arc<Segment>> = {
-            let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+            let t = self.table.read_clean();
             if t.by_id.is_empty() {
                 return Err(code::NO_AVAILABLE_HANDLE);
             }
@@ -53,7 +54,7 @@ impl Segments {
             match strategy {
                 Strategy::FreeRatioFirst => {
                     let ratio = |s: &Segment| {
-                        let a = s.alloc.lock().unwrap_or_else(|e| e.into_inner());
+                        let a = s.alloc.lock_clean();
                         ((a.size() - a.used()) as f64) / (a.size().max(1) as f64)
                     };
                     let mut keyed: Vec<(f64, Arc<Segment>)> =
@@ -69,7 +70,7 @@ impl Segments {
                         .into_iter()
                         .map(|s| {
                             let free = {
-                                let a = s.alloc.lock().unwrap_or_else(|e| e.into_inner());
+                                let a = s.alloc.lock_clean();
                                 (a.size() - a.used()) as f64
                             };
                             let u = ((self.next_random() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
@@ -91,7 +92,7 @@ impl Segments {
             if out.replicas.len() == want {
                 break;
             }
-            let off = s.alloc.lock().unwrap_or_else(|e| e.into_inner()).alloc(len);
+            let off = s.alloc.lock_clean().alloc(len);
             if let Some(offset) = off {
                 out.replicas.push(Replica { seg: s.id, offset });
                 out.descs.push(ReplicaDesc {
@@ -114,7 +115,7 @@ impl Segments {
     /// first, found in one pass under the table's read lock, with no list built. `None` when
     /// it has no room (the caller then tries every segment in order).
     fn allocate_one(&self, len: u64, strategy: Strategy) -> Option<Placed> {
-        let t = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let t = self.table.read_clean();
         let mut best: Option<(f64, &Arc<Segment>)> = None;
         let mut placeable = t.by_id.values().filter(|s| s.placeable());
         let only = placeable.clone().nth(1).is_none();
@@ -124,7 +125,7 @@ impl Segments {
                 break;
             }
             let (free, size) = {
-                let a = s.alloc.lock().unwrap_or_else(|e| e.into_inner());
+                let a = s.alloc.lock_clean();
                 ((a.size() - a.used()) as f64, a.size().max(1) as f64)
             };
             // Lower ranks first: the largest free fraction, or an exponential draw weighted
@@ -141,11 +142,7 @@ impl Segments {
             }
         }
         let (_, s) = best?;
-        let offset = s
-            .alloc
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .alloc(len)?;
+        let offset = s.alloc.lock_clean().alloc(len)?;
         Some(Placed {
             replicas: vec![Replica { seg: s.id, offset }],
             descs: vec![ReplicaDesc {

@@ -6,6 +6,7 @@
 //! 32 approvals), so an idle peer's approvals end within a few milliseconds of their copies.
 
 use super::Shared;
+use crate::sync::{LockClean, Recover};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -32,7 +33,7 @@ impl DoneState {
 
     /// Ends the flusher (at peer shutdown).
     pub(super) fn stop(&self) {
-        self.flag.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.flag.lock_clean().1 = true;
         self.cv.notify_all();
     }
 }
@@ -41,9 +42,7 @@ impl Shared {
     /// One more same-host approval on connection `generation` of `lane` is over (copied, given
     /// up or refused): the server must be told.
     pub(super) fn owe_done(&self, lane: usize, generation: u64) {
-        let mut o = self.done.owed[lane]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut o = self.done.owed[lane].lock_clean();
         if o.0 != generation {
             // Approvals of an older connection: that server session is gone (its leases
             // expire by themselves).
@@ -54,17 +53,12 @@ impl Shared {
 
     /// How many approvals' reports are owed on `lane` now.
     pub(super) fn owed_count(&self, lane: usize) -> u64 {
-        self.done.owed[lane]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .1
+        self.done.owed[lane].lock_clean().1
     }
 
     /// Takes the reports owed on connection `generation` of `lane` (0 if none).
     pub(super) fn take_owed(&self, lane: usize, generation: u64) -> u64 {
-        let mut o = self.done.owed[lane]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut o = self.done.owed[lane].lock_clean();
         let n = if o.0 == generation { o.1 } else { 0 };
         o.1 = 0;
         n
@@ -72,9 +66,7 @@ impl Shared {
 
     /// Gives back `n` reports that could not be written (socket full) on `generation`.
     pub(super) fn reowe(&self, lane: usize, generation: u64, n: u64) {
-        let mut o = self.done.owed[lane]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut o = self.done.owed[lane].lock_clean();
         if o.0 == generation {
             o.1 += n;
         }
@@ -83,7 +75,7 @@ impl Shared {
     /// Asks the flusher to write what is still owed in [`FLUSH_AFTER`] (a send meanwhile
     /// carries it instead). Cheap when already asked.
     pub(super) fn arm_done_flush(&self) {
-        let mut f = self.done.flag.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = self.done.flag.lock_clean();
         if !f.0 {
             f.0 = true;
             drop(f);
@@ -98,10 +90,9 @@ impl Shared {
             if self.owed_count(lane) == 0 {
                 return false;
             }
-            let mut tx = match self.lanes_tx[lane].try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return true,
+            let mut tx = match self.lanes_tx[lane].try_lock_clean() {
+                Some(g) => g,
+                None => return true,
             };
             if !tx.flush_done(self, lane, false) {
                 return self.owed_count(lane) > 0;
@@ -115,16 +106,16 @@ impl Shared {
 pub(super) fn flusher_loop(sh: &Shared) {
     loop {
         {
-            let mut f = sh.done.flag.lock().unwrap_or_else(|e| e.into_inner());
+            let mut f = sh.done.flag.lock_clean();
             while !f.0 && !f.1 {
-                f = sh.done.cv.wait(f).unwrap_or_else(|e| e.into_inner());
+                f = sh.done.cv.wait(f).recover();
             }
             if f.1 {
                 return;
             }
         }
         std::thread::sleep(FLUSH_AFTER);
-        sh.done.flag.lock().unwrap_or_else(|e| e.into_inner()).0 = false;
+        sh.done.flag.lock_clean().0 = false;
         let mut left = false;
         for lane in 0..sh.done.owed.len() {
             left |= sh.flush_done_if_free(lane);

@@ -3,6 +3,7 @@
 //! served first, each lane in order).
 
 use super::*;
+use crate::sync::LockClean;
 use crate::transport::tcp::net::{SPIN_WAIT, spin_readable, wait_readable};
 
 /// How long a submitting thread waits for the next reply to begin arriving before it hands the
@@ -96,11 +97,7 @@ pub(super) fn try_submit(sh: &Shared, slices: Vec<Slice>) -> Result<(), Vec<Slic
     let spread = sh.cfg.spread && bytes >= SPREAD_MIN_BYTES && slices.len() > 1;
     let mut idle = Vec::new();
     for (lane, m) in sh.lanes_tx.iter().enumerate() {
-        let guard = match m.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        };
+        let guard = m.try_lock_clean();
         if let Some(g) = guard {
             idle.push((lane, g));
             if !spread {

@@ -44,6 +44,7 @@ use super::wire::{
 use crate::error::ErrorKind;
 use crate::log::Level;
 use crate::memory::raw;
+use crate::sync::{LockClean, Recover};
 use crate::transport::chan::{Receiver, Sender, TryRecvError, bounded, unbounded};
 use crate::transport::{Opcode, Slice, samehost};
 use reply::{LaneRx, receiver_loop};
@@ -159,9 +160,7 @@ struct Shared {
 
 impl Shared {
     fn lane_tx(&self, lane: usize) -> std::sync::MutexGuard<'_, LaneTx> {
-        self.lanes_tx[lane]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.lanes_tx[lane].lock_clean()
     }
 
     /// The read timeout of a fresh stream: no reply is awaited longer than `io_timeout`, nor
@@ -171,9 +170,7 @@ impl Shared {
     }
 
     fn lane_rx(&self, lane: usize) -> std::sync::MutexGuard<'_, LaneRx> {
-        self.lanes_rx[lane]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.lanes_rx[lane].lock_clean()
     }
 
     /// Posts `msg` to `lane`'s receiver thread, counting it as expected until handled.
@@ -263,11 +260,11 @@ struct Credit {
 
 impl Credit {
     fn take(&self, n: u64) {
-        self.used.lock().unwrap_or_else(|e| e.into_inner()).0 += n;
+        self.used.lock_clean().0 += n;
     }
 
     fn give(&self, n: u64) {
-        let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let mut u = self.used.lock_clean();
         u.0 = u.0.saturating_sub(n);
         // Only a sleeping sender needs the (system-call) wake-up.
         if u.1 && u.0 < LANE_MAX_INFLIGHT_BYTES {
@@ -279,11 +276,11 @@ impl Credit {
 
     /// Blocks while `limit` or more bytes are outstanding (returns at shutdown).
     fn wait_below(&self, limit: u64, shutdown: &AtomicBool) {
-        let mut u = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let mut u = self.used.lock_clean();
         // Acquire pairs with the Release in `Peer::drop`.
         while u.0 >= limit && !shutdown.load(Ordering::Acquire) {
             u.1 = true;
-            u = self.cv.wait(u).unwrap_or_else(|e| e.into_inner());
+            u = self.cv.wait(u).recover();
         }
     }
 }
@@ -461,17 +458,10 @@ impl Drop for Peer {
             let _ = self.shared.queue.send(Msg::Stop);
         }
         for c in &self.shared.credit {
-            drop(c.used.lock().unwrap_or_else(|e| e.into_inner()));
+            drop(c.used.lock_clean());
             c.cv.notify_all();
         }
-        for s in self
-            .shared
-            .streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .flatten()
-        {
+        for s in self.shared.streams.lock_clean().iter().flatten() {
             let _ = s.shutdown(Shutdown::Both);
         }
         for t in self.senders.drain(..) {

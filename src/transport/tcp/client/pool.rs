@@ -7,6 +7,7 @@
 //! two threads per lane and their sockets behind for the engine's lifetime.
 
 use super::{ClientConfig, Peer, PeerAddr};
+use crate::sync::LockClean;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,7 +32,7 @@ impl TcpClient {
 
     /// The lanes to `addr`, started on first use. Unused peers are evicted first.
     pub fn peer(&self, addr: &PeerAddr) -> std::io::Result<Arc<Peer>> {
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut peers = self.peers.lock_clean();
         let evicted = self.take_unused(&mut peers, Some(addr));
         let found = match peers.get(addr) {
             Some(p) => Ok(p.clone()),
@@ -50,7 +51,7 @@ impl TcpClient {
     /// Drops peers that nothing refers to and that had no submit within the transfer deadline
     /// (called when a segment is closed). Returns how many were dropped.
     pub fn evict_unused(&self) -> usize {
-        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut peers = self.peers.lock_clean();
         let evicted = self.take_unused(&mut peers, None);
         drop(peers);
         evicted.len()
@@ -58,7 +59,7 @@ impl TcpClient {
 
     /// Peers currently started.
     pub fn peer_count(&self) -> usize {
-        self.peers.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.peers.lock_clean().len()
     }
 
     fn take_unused(
@@ -81,13 +82,7 @@ impl TcpClient {
 
     /// Stops every lane, failing queued work.
     pub fn shutdown(&self) {
-        let peers: Vec<_> = self
-            .peers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain()
-            .map(|(_, p)| p)
-            .collect();
+        let peers: Vec<_> = self.peers.lock_clean().drain().map(|(_, p)| p).collect();
         drop(peers);
     }
 }

@@ -2,6 +2,7 @@
 //! payloads, and the inline send from the submitting thread.
 
 use super::*;
+use crate::sync::LockClean;
 
 pub(super) fn connect(sh: &Shared) -> Result<TcpStream, String> {
     let addrs = crate::metadata::resolve(&sh.addr.host, sh.addr.port).map_err(|e| e.to_string())?;
@@ -250,7 +251,7 @@ pub(super) fn open_lane(
     generation: u64,
     expect: &Sender<Expect>,
 ) -> Option<Arc<TcpStream>> {
-    let mut cd = sh.cooldown_until.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cd = sh.cooldown_until.lock_clean();
     if cd.is_some_and(|t| Instant::now() < t) {
         return None;
     }
@@ -273,7 +274,7 @@ pub(super) fn open_lane(
                 sh.vm_on.store(false, Ordering::Relaxed);
             }
             let s = Arc::new(s);
-            sh.streams.lock().unwrap_or_else(|e| e.into_inner())[lane] = Some(s.clone());
+            sh.streams.lock_clean()[lane] = Some(s.clone());
             // The receiver switches to the new stream before any reply on it is expected.
             sh.post(lane, expect, Expect::Conn(s.clone(), generation))
                 .ok()?;
