@@ -251,6 +251,19 @@ def child(args):
     s.close()
 
 
+def stop(procs, master):
+    """Ends each child by closing its stdin (killed if it takes over 60 s), then the master."""
+    for p in procs:
+        try:
+            p.stdin.close()
+            p.wait(timeout=60)
+        except Exception:
+            p.kill()
+            p.wait()
+    master.kill()
+    master.wait()
+
+
 class Side:
     """One implementation's master, holder (two-process mode) and benchmarking client."""
 
@@ -293,15 +306,7 @@ class Side:
         return json.loads(line)
 
     def close(self):
-        for p in reversed(self.procs):
-            try:
-                p.stdin.close()
-                p.wait(timeout=60)
-            except Exception:
-                p.kill()
-                p.wait()
-        self.master.kill()
-        self.master.wait()
+        stop(reversed(self.procs), self.master)
 
 
 def interleaved(impls, mode, rounds):

@@ -102,15 +102,7 @@ class CallsSide:
         return json.loads(bg.wait_line(self.client, "{"))
 
     def close(self):
-        for p in (self.client, self.holder):
-            try:
-                p.stdin.close()
-                p.wait(timeout=60)
-            except Exception:
-                p.kill()
-                p.wait()
-        self.master.kill()
-        self.master.wait()
+        bs.stop((self.client, self.holder), self.master)
 
 
 def pct(v, q):
