@@ -56,40 +56,34 @@ pub(crate) trait LockClean {
     fn try_lock_clean(&self) -> Option<Self::Guard<'_>>;
 }
 
-impl<T: ?Sized> LockClean for std::sync::Mutex<T> {
-    type Guard<'a>
-        = std::sync::MutexGuard<'a, T>
-    where
-        T: 'a;
-    fn lock_clean(&self) -> Self::Guard<'_> {
-        self.lock().recover()
-    }
-    fn try_lock_clean(&self) -> Option<Self::Guard<'_>> {
-        match self.try_lock() {
-            Ok(g) => Some(g),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
+/// `LockClean` for a mutex type of std's shape (std's, and loom's under `cfg(loom)`).
+macro_rules! lock_clean_for {
+    ($mutex:ident, $guard:ty, [$($bound:tt)*]) => {
+        impl<T $($bound)*> LockClean for $mutex<T> {
+            type Guard<'a>
+                = $guard
+            where
+                T: 'a;
+            fn lock_clean(&self) -> Self::Guard<'_> {
+                self.lock().recover()
+            }
+            fn try_lock_clean(&self) -> Option<Self::Guard<'_>> {
+                match self.try_lock() {
+                    Ok(g) => Some(g),
+                    Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                    Err(TryLockError::WouldBlock) => None,
+                }
+            }
         }
-    }
+    };
 }
 
+use std::sync::Mutex as StdMutex;
+lock_clean_for!(StdMutex, std::sync::MutexGuard<'a, T>, [: ?Sized]);
 #[cfg(loom)]
-impl<T> LockClean for loom::sync::Mutex<T> {
-    type Guard<'a>
-        = loom::sync::MutexGuard<'a, T>
-    where
-        T: 'a;
-    fn lock_clean(&self) -> Self::Guard<'_> {
-        self.lock().recover()
-    }
-    fn try_lock_clean(&self) -> Option<Self::Guard<'_>> {
-        match self.try_lock() {
-            Ok(g) => Some(g),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        }
-    }
-}
+use loom::sync::Mutex as LoomMutex;
+#[cfg(loom)]
+lock_clean_for!(LoomMutex, loom::sync::MutexGuard<'a, T>, []);
 
 /// Taking a read or write lock, poisoned or not (see the module documentation).
 pub(crate) trait RwLockClean<T: ?Sized> {
