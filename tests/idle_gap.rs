@@ -38,7 +38,7 @@ fn all_completed(states: &[TaskState]) -> bool {
 
 /// The target restarts on the same ports while the initiator's lanes sit idle.
 fn restart_case(proto: &str) {
-    let (rpc, data) = (free_port(), free_port());
+    let (rpc, data) = (restartable_port(), restartable_port());
     let opts = [
         ("rpc_port", rpc.to_string()),
         ("data_port", data.to_string()),

@@ -284,7 +284,7 @@ fn large_values_full_segment_and_zero_copy() {
 
 #[test]
 fn master_restart_reports_errors_then_recovers() {
-    let m = MasterProc::start(&[], 0);
+    let m = MasterProc::start(&[], common::restartable_port());
     let port = m.port;
     let c = client(&m, 64 << 20, "P2PHANDSHAKE");
     assert_eq!(put(&c, "a", b"hello", true), 0);

@@ -1,7 +1,7 @@
 //! Real etcd servers for tests: `etcd` from PATH (or `ETCD_BIN`), on 127.0.0.1 with free ports,
 //! a temp data dir and `--unsafe-no-fsync`; stopped by PID and cleaned up on drop.
 
-use super::free_port;
+use super::{free_port, restartable_port};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -76,8 +76,8 @@ impl Etcd {
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),
-                client_port: free_port(),
-                peer_port: free_port(),
+                client_port: restartable_port(),
+                peer_port: restartable_port(),
                 dir: temp_dir(&format!("m{i}")),
                 child: None,
             })

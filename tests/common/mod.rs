@@ -20,6 +20,30 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A 127.0.0.1 port free a moment ago, for a server a test stops and starts again on the same
+/// port. It lies below the kernel's ephemeral range: a port from [`free_port`] could meanwhile
+/// become the source port of some outgoing connection (the suite makes thousands), and the
+/// restarted server would then fail to bind with "Address already in use".
+pub fn restartable_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u32, ephemeral_low.max(10_001));
+    let span = high - low;
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span.min(2000) {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(131);
+        let port = (low + (start + step) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {low}..{high}");
+}
+
 /// `n` requests of `len` bytes each, request `i` between `local + i*len` and `remote + i*len`
 /// of segment `seg`.
 pub fn strided_requests(
