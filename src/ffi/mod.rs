@@ -25,6 +25,33 @@ macro_rules! ffi_boundary {
 }
 pub(crate) use ffi_boundary;
 
+/// A C handle type: the Rust value behind the `*const Self` (or `*mut Self`) pointers the C
+/// APIs hand out and take back. [`try_ref`] is the one place such a pointer becomes a reference.
+pub(crate) trait Castable {
+    /// The Rust value the handle gives access to.
+    type Target;
+    /// What the handle is called in the error for a NULL one.
+    const WHAT: &'static str;
+    /// The value behind a live handle.
+    fn target(&self) -> &Self::Target;
+}
+
+/// Borrows the value behind a handle argument of an exported C function: NULL →
+/// `NullArgument`. Only for handle arguments: the contract of every exported function (its
+/// documentation, the headers' conventions) is that a handle passed in is NULL or one this
+/// library made and has not freed, and that no call freeing it runs meanwhile.
+pub(crate) fn try_ref<'a, C: Castable + 'a>(p: *const C) -> crate::Result<&'a C::Target> {
+    // SAFETY: NULL or a live handle from this library for the whole call, by the API contract
+    // described above (the one justification of every handle borrow in `ffi`).
+    match unsafe { p.as_ref() } {
+        Some(h) => Ok(h.target()),
+        None => Err(crate::Error::new(
+            crate::ErrorKind::NullArgument,
+            format!("{} is NULL", C::WHAT),
+        )),
+    }
+}
+
 /// Borrows the `name` and `msg` C strings of a notification (as [`str_arg`] does each).
 ///
 /// # Safety

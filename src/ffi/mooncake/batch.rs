@@ -8,8 +8,7 @@ use super::*;
 #[unsafe(no_mangle)]
 pub extern "C" fn allocateBatchID(engine: *mut c_void, batch_size: usize) -> u64 {
     ffi_boundary!(INVALID_BATCH, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        unsafe { handle(engine) }
+        handle(engine)
             .and_then(|h| h.engine.alloc_batch(batch_size))
             .unwrap_or_else(|e| {
                 record("allocateBatchID", &e);
@@ -71,8 +70,7 @@ pub extern "C" fn submitTransfer(
     count: usize,
 ) -> c_int {
     ffi_boundary!(K_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| {
+        let r = handle(engine).and_then(|h| {
             let reqs = requests(h, batch_id, entries, count)?;
             h.engine.submit(batch_id, reqs)
         });
@@ -92,8 +90,7 @@ pub extern "C" fn submitTransferWithNotify(
     notify_msg: notify_msg,
 ) -> c_int {
     ffi_boundary!(K_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| {
+        let r = handle(engine).and_then(|h| {
             // SAFETY: `notify_msg.name` is NULL or a NUL-terminated string (API contract).
             let name = unsafe { string(notify_msg.name, "notify_msg.name") }?;
             // SAFETY: `notify_msg.msg` is NULL or a NUL-terminated string (API contract).
@@ -120,8 +117,7 @@ pub extern "C" fn getTransferStatus(
     status: *mut transfer_status,
 ) -> c_int {
     ffi_boundary!(K_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| {
+        let r = handle(engine).and_then(|h| {
             let out = status;
             if out.is_null() {
                 return Err(err(ErrorKind::NullArgument, "status is NULL"));
@@ -150,8 +146,7 @@ pub extern "C" fn getTransferStatus(
 #[unsafe(no_mangle)]
 pub extern "C" fn freeBatchID(engine: *mut c_void, batch_id: u64) -> c_int {
     ffi_boundary!(K_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| h.engine.free_batch(batch_id));
+        let r = handle(engine).and_then(|h| h.engine.free_batch(batch_id));
         status_of("freeBatchID", r)
     })
 }

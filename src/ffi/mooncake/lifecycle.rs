@@ -143,8 +143,7 @@ pub extern "C" fn installTransport(
     args: *mut *mut c_void,
 ) -> *mut c_void {
     ffi_boundary!(std::ptr::null_mut(), {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }
+        let r = handle(engine)
             // SAFETY: `proto` is NULL or a NUL-terminated string (API contract).
             .and_then(|h| Ok((h, unsafe { string(proto, "proto") }?)))
             .and_then(|(h, p)| install(h, p, args));
@@ -161,8 +160,7 @@ pub extern "C" fn uninstallTransport(engine: *mut c_void, proto: *const c_char) 
     ffi_boundary!(ERR_CONTEXT, {
         errno_of(
             "uninstallTransport",
-            // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-            unsafe { handle(engine) }.and_then(|_| {
+            handle(engine).and_then(|_| {
                 // SAFETY: `proto` is NULL or a NUL-terminated string (API contract).
                 unsafe { string(proto, "proto") }.map(|_| ())
             }),
@@ -174,8 +172,7 @@ pub extern "C" fn uninstallTransport(engine: *mut c_void, proto: *const c_char) 
 #[unsafe(no_mangle)]
 pub extern "C" fn discoverTopology(engine: *mut c_void) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        errno_of("discoverTopology", unsafe { handle(engine) }.map(|_| ()))
+        errno_of("discoverTopology", handle(engine).map(|_| ()))
     })
 }
 
@@ -190,8 +187,7 @@ pub extern "C" fn getLocalIpAndPort(
     buf_len: usize,
 ) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let h = match unsafe { handle(engine) } {
+        let h = match handle(engine) {
             Ok(h) => h,
             Err(e) => return fail_errno("getLocalIpAndPort", &e),
         };

@@ -14,8 +14,7 @@ pub extern "C" fn getNicLoadStats(
     count: *mut usize,
 ) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| {
+        let r = handle(engine).and_then(|h| {
             if stats.is_null() {
                 return Err(err(ErrorKind::NullArgument, "stats is NULL"));
             }
@@ -67,8 +66,7 @@ pub extern "C" fn showLinks(
     json: c_int,
 ) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| {
+        let r = handle(engine).and_then(|h| {
             if buf_out.is_null() || buf_len == 0 {
                 return Err(err(
                     ErrorKind::InvalidArgument,

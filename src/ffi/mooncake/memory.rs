@@ -14,8 +14,7 @@ pub extern "C" fn registerLocalMemory(
     remote_accessible: c_int,
 ) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| {
+        let r = handle(engine).and_then(|h| {
             // SAFETY: `location` is NULL or a NUL-terminated string (API contract).
             let loc = unsafe { string(location, "location") }?;
             h.engine
@@ -30,8 +29,7 @@ pub extern "C" fn registerLocalMemory(
 #[unsafe(no_mangle)]
 pub extern "C" fn unregisterLocalMemory(engine: *mut c_void, addr: *mut c_void) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| h.engine.unregister_memory(addr as u64));
+        let r = handle(engine).and_then(|h| h.engine.unregister_memory(addr as u64));
         errno_of("unregisterLocalMemory", r)
     })
 }
@@ -46,8 +44,7 @@ pub extern "C" fn registerLocalMemoryBatch(
     location: *const c_char,
 ) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| {
+        let r = handle(engine).and_then(|h| {
             // SAFETY: `location` is NULL or a NUL-terminated string (API contract).
             let loc = unsafe { string(location, "location") }?;
             // SAFETY: NULL (refused unless buffer_len == 0) or `buffer_len` entries per the C API.
@@ -74,8 +71,7 @@ pub extern "C" fn unregisterLocalMemoryBatch(
     addr_len: usize,
 ) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| {
+        let r = handle(engine).and_then(|h| {
             // SAFETY: NULL (refused unless addr_len == 0) or `addr_len` pointers per the C API.
             let list = unsafe { slice_arg(addr_list.cast_const(), addr_len, "addr_list") }?;
             let addrs: Vec<u64> = list.iter().map(|&p| p as u64).collect();

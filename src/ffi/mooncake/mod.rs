@@ -66,15 +66,19 @@ impl MooncakeEngine {
     }
 }
 
-/// Borrows the engine behind a handle: NULL → `NullArgument`.
-///
-/// # Safety
-/// `p` is NULL or a handle from `createTransferEngine` (a leaked `Box<MooncakeEngine>`) not yet
-/// passed to `destroyTransferEngine`, and the caller does not race that call.
-unsafe fn handle<'a>(p: *mut c_void) -> Result<&'a MooncakeEngine> {
-    // SAFETY: NULL or a live handle per this function's contract.
-    unsafe { p.cast::<MooncakeEngine>().as_ref() }
-        .ok_or_else(|| err(ErrorKind::NullArgument, "engine is NULL"))
+impl super::Castable for MooncakeEngine {
+    type Target = MooncakeEngine;
+    const WHAT: &'static str = "engine";
+    fn target(&self) -> &MooncakeEngine {
+        self
+    }
+}
+
+/// Borrows the engine behind a `transfer_engine_t` argument (from `createTransferEngine`, a
+/// leaked `Box<MooncakeEngine>`, not yet passed to `destroyTransferEngine`): NULL →
+/// `NullArgument`. See [`super::try_ref`].
+fn handle<'a>(p: *mut c_void) -> Result<&'a MooncakeEngine> {
+    super::try_ref(p.cast::<MooncakeEngine>().cast_const())
 }
 
 /// Borrows an output argument: NULL → `NullArgument`.

@@ -18,8 +18,7 @@ pub extern "C" fn getNotifsFromEngine(engine: *mut c_void, size: *mut c_int) -> 
             }
         };
         *size = 0;
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let h = match unsafe { handle(engine) } {
+        let h = match handle(engine) {
             Ok(h) => h,
             Err(e) => {
                 record("getNotifsFromEngine", &e);
@@ -116,8 +115,7 @@ pub extern "C" fn genNotifyInEngine(
     notify_msg: notify_msg,
 ) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| {
+        let r = handle(engine).and_then(|h| {
             // SAFETY: `notify_msg.name` is NULL or a NUL-terminated string (API contract).
             let name = unsafe { string(notify_msg.name, "notify_msg.name") }?;
             // SAFETY: `notify_msg.msg` is NULL or a NUL-terminated string (API contract).

@@ -21,8 +21,7 @@ fn open(h: &MooncakeEngine, name: *const c_char) -> Result<SegmentId> {
 #[unsafe(no_mangle)]
 pub extern "C" fn openSegment(engine: *mut c_void, segment_name: *const c_char) -> i32 {
     ffi_boundary!(-1, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        unsafe { handle(engine) }
+        handle(engine)
             .and_then(|h| open(h, segment_name))
             .unwrap_or_else(|e| {
                 record("openSegment", &e);
@@ -36,8 +35,7 @@ pub extern "C" fn openSegment(engine: *mut c_void, segment_name: *const c_char) 
 #[unsafe(no_mangle)]
 pub extern "C" fn openSegmentNoCache(engine: *mut c_void, segment_name: *const c_char) -> i32 {
     ffi_boundary!(-1, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| {
+        let r = handle(engine).and_then(|h| {
             // SAFETY: `segment_name` is NULL or a NUL-terminated string (API contract).
             let name = unsafe { string(segment_name, "segment_name") }?.trim_start_matches('/');
             let cached = h.opened().get(name).copied();
@@ -58,8 +56,7 @@ pub extern "C" fn openSegmentNoCache(engine: *mut c_void, segment_name: *const c
 pub extern "C" fn closeSegment(engine: *mut c_void, segment_id: i32) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
         let _ = segment_id;
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        errno_of("closeSegment", unsafe { handle(engine) }.map(|_| ()))
+        errno_of("closeSegment", handle(engine).map(|_| ()))
     })
 }
 
@@ -69,8 +66,7 @@ pub extern "C" fn warmupEfaSegment(engine: *mut c_void, segment_name: *const c_c
     ffi_boundary!(ERR_CONTEXT, {
         errno_of(
             "warmupEfaSegment",
-            // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-            unsafe { handle(engine) }.and_then(|_| {
+            handle(engine).and_then(|_| {
                 // SAFETY: `segment_name` is NULL or a NUL-terminated string (API contract).
                 unsafe { string(segment_name, "segment_name") }.map(|_| ())
             }),
@@ -84,8 +80,7 @@ pub extern "C" fn warmupEfaSegment(engine: *mut c_void, segment_name: *const c_c
 #[unsafe(no_mangle)]
 pub extern "C" fn removeLocalSegment(engine: *mut c_void, segment_name: *const c_char) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        let r = unsafe { handle(engine) }.and_then(|h| {
+        let r = handle(engine).and_then(|h| {
             // SAFETY: `segment_name` is NULL or a NUL-terminated string (API contract).
             let name = unsafe { string(segment_name, "segment_name") }?.trim_start_matches('/');
             if name.is_empty() {
@@ -109,8 +104,7 @@ pub extern "C" fn removeLocalSegment(engine: *mut c_void, segment_name: *const c
 #[unsafe(no_mangle)]
 pub extern "C" fn syncSegmentCache(engine: *mut c_void) -> c_int {
     ffi_boundary!(ERR_CONTEXT, {
-        // SAFETY: `engine` is NULL or a live handle from `createTransferEngine` (API contract).
-        match unsafe { handle(engine) } {
+        match handle(engine) {
             Ok(h) => {
                 if let Err(e) = h.engine.refresh_all_segments() {
                     record("syncSegmentCache", &e);

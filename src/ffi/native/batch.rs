@@ -11,8 +11,7 @@ pub extern "C" fn tw_batch_alloc(
     batch_out: *mut u64,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: `batch_out` is NULL or valid for one write (API contract).
         let slot = check!(unsafe { out(batch_out, "batch_out") });
         *slot = check!(e.alloc_batch(capacity));
@@ -31,8 +30,7 @@ pub extern "C" fn tw_batch_submit(
     count: usize,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: `count` elements per the API contract.
         let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
         check!(e.submit(batch, reqs));
@@ -54,8 +52,7 @@ pub extern "C" fn tw_batch_submit_and_wait(
     timeout_ms: i64,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: `count` elements per the API contract.
         let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
         check!(e.submit_and_wait(batch, reqs, timeout(timeout_ms)));
@@ -73,8 +70,7 @@ pub extern "C" fn tw_batch_status(
     status_out: *mut tw_transfer_status,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: `status_out` is NULL or valid for one write (API contract).
         let slot = check!(unsafe { out(status_out, "status_out") });
         let s = check!(e.task_status(batch, task));
@@ -97,8 +93,7 @@ pub extern "C" fn tw_batch_wait(
     timeout_ms: i64,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        check!(check!(unsafe { engine_ref(engine) }).wait_batch(batch, timeout(timeout_ms)));
+        check!(check!(engine_ref(engine)).wait_batch(batch, timeout(timeout_ms)));
         TW_OK
     })
 }
@@ -108,8 +103,7 @@ pub extern "C" fn tw_batch_wait(
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_batch_free(engine: *const tw_engine, batch: u64) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        check!(check!(unsafe { engine_ref(engine) }).free_batch(batch));
+        check!(check!(engine_ref(engine)).free_batch(batch));
         TW_OK
     })
 }
@@ -127,8 +121,7 @@ pub extern "C" fn tw_batch_submit_with_notify(
     msg: *const c_char,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: C strings per the API contract.
         let (n, m) = check!(unsafe { notify_args(name, msg) });
         // SAFETY: `count` elements per the API contract.

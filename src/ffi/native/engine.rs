@@ -50,8 +50,7 @@ pub extern "C" fn tw_engine_segment_name(
     len: usize,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: `buf` is NULL or writable for `len` bytes (API contract).
         unsafe { string_out("segment name", e.name(), buf, len) }
     })
@@ -61,8 +60,7 @@ pub extern "C" fn tw_engine_segment_name(
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_engine_rpc_port(engine: *const tw_engine, port_out: *mut u16) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: `port_out` is NULL or valid for one write (API contract).
         *check!(unsafe { out(port_out, "port_out") }) = e.rpc_port();
         TW_OK
@@ -73,8 +71,7 @@ pub extern "C" fn tw_engine_rpc_port(engine: *const tw_engine, port_out: *mut u1
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_engine_probe(engine: *const tw_engine, name: *const c_char) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: C string per the API contract.
         let n = check!(unsafe { str_arg(name, "name") });
         check!(e.probe(n));

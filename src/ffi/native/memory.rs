@@ -16,8 +16,7 @@ pub extern "C" fn tw_memory_register(
     remote_accessible: bool,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         if addr.is_null() {
             return status::fail(&null("addr"));
         }
@@ -39,8 +38,7 @@ pub extern "C" fn tw_memory_register(
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_memory_unregister(engine: *const tw_engine, addr: *mut c_void) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         if addr.is_null() {
             return status::fail(&null("addr"));
         }
@@ -58,8 +56,7 @@ pub extern "C" fn tw_memory_register_batch(
     location: *const c_char,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: `count` elements per the API contract.
         let bufs = check!(unsafe { slice_arg(buffers, count, "buffers") });
         let loc = if location.is_null() {
@@ -85,8 +82,7 @@ pub extern "C" fn tw_memory_unregister_batch(
     count: usize,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: `count` elements per the API contract.
         let list = check!(unsafe { slice_arg(addrs, count, "addrs") });
         let v: Vec<u64> = list.iter().map(|a| *a as u64).collect();
@@ -107,8 +103,7 @@ pub extern "C" fn tw_memory_location(
     len: usize,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         if buf.is_null() {
             return status::fail(&null("buf"));
         }
@@ -133,8 +128,7 @@ pub extern "C" fn tw_memory_alloc_shared(
     addr_out: *mut *mut c_void,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: NULL or writable per the API contract.
         let out = check!(unsafe { out(addr_out, "addr_out") });
         let addr = check!(e.alloc_shared(length as u64));
@@ -152,8 +146,7 @@ pub extern "C" fn tw_memory_alloc_shared(
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_memory_free_shared(engine: *const tw_engine, addr: *mut c_void) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         if addr.is_null() {
             return status::fail(&null("addr"));
         }

@@ -85,16 +85,18 @@ fn null(what: &str) -> Error {
     Error::new(ErrorKind::NullArgument, format!("{what} is NULL"))
 }
 
-/// Borrows the engine behind a handle: NULL → `NullArgument`.
-///
-/// # Safety
-/// `p` is NULL or a handle from `tw_engine_new` not yet passed to `tw_engine_free`, and stays so
-/// for the returned borrow (the caller does not race `tw_engine_free`).
-unsafe fn engine_ref<'a>(p: *const tw_engine) -> crate::Result<&'a Engine> {
-    // SAFETY: NULL or a live handle per this function's contract.
-    unsafe { p.as_ref() }
-        .map(|h| &h.engine)
-        .ok_or_else(|| null("engine"))
+impl super::Castable for tw_engine {
+    type Target = Engine;
+    const WHAT: &'static str = "engine";
+    fn target(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+/// Borrows the engine behind a handle argument (from `tw_engine_new`, not yet passed to
+/// `tw_engine_free`): NULL → `NullArgument`. See [`super::try_ref`].
+fn engine_ref<'a>(p: *const tw_engine) -> crate::Result<&'a Engine> {
+    super::try_ref(p)
 }
 
 /// Borrows an output argument: NULL → `NullArgument`.

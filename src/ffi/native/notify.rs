@@ -12,8 +12,7 @@ pub extern "C" fn tw_notify_send(
     msg: *const c_char,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: C strings per the API contract.
         let (n, m) = check!(unsafe { notify_args(name, msg) });
         check!(e.send_notify(segment, n, m));
@@ -31,8 +30,7 @@ pub extern "C" fn tw_notify_take(
     count_out: *mut usize,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         if list_out.is_null() || count_out.is_null() {
             status::set_last_error("list_out or count_out is NULL".into());
             return TW_ERR_NULL_ARGUMENT;

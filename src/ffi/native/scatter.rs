@@ -32,8 +32,7 @@ pub extern "C" fn tw_scatter_submit(
     op_out: *mut u64,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: `op_out` is NULL or valid for one write (API contract).
         let slot = check!(unsafe { out(op_out, "op_out") });
         // SAFETY: `count` elements per the API contract.
@@ -96,8 +95,7 @@ pub extern "C" fn tw_scatter_wait(
     results_len: usize,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         let total = check!(e.scatter_len(op));
         if !results.is_null() && results_len < total {
             status::set_last_error(format!(
@@ -125,8 +123,7 @@ pub extern "C" fn tw_scatter_wait(
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_scatter_free(engine: *const tw_engine, op: u64) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        check!(check!(unsafe { engine_ref(engine) }).scatter_free(op));
+        check!(check!(engine_ref(engine)).scatter_free(op));
         TW_OK
     })
 }

@@ -12,8 +12,7 @@ pub extern "C" fn tw_segment_open(
     segment_out: *mut i32,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: C string per the API contract.
         let n = check!(unsafe { str_arg(name, "name") });
         // SAFETY: `segment_out` is NULL or valid for one write (API contract).
@@ -27,8 +26,7 @@ pub extern "C" fn tw_segment_open(
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_segment_close(engine: *const tw_engine, segment: i32) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        check!(check!(unsafe { engine_ref(engine) }).close_segment(segment));
+        check!(check!(engine_ref(engine)).close_segment(segment));
         TW_OK
     })
 }
@@ -37,8 +35,7 @@ pub extern "C" fn tw_segment_close(engine: *const tw_engine, segment: i32) -> tw
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_segment_refresh(engine: *const tw_engine, segment: i32) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        check!(check!(unsafe { engine_ref(engine) }).refresh_segment(segment));
+        check!(check!(engine_ref(engine)).refresh_segment(segment));
         TW_OK
     })
 }
@@ -56,8 +53,7 @@ pub extern "C" fn tw_segment_descriptor(
     needed_out: *mut usize,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         let json = check!(e.segment_descriptor(segment)).encode();
         // SAFETY: NULL or a writable size_t per the API contract.
         if let Some(n) = unsafe { needed_out.as_mut() } {

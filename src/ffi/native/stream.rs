@@ -40,8 +40,7 @@ pub extern "C" fn tw_transfer_on_stream(
     op_out: *mut u64,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: `count` elements per the API contract.
         let reqs = check!(unsafe { slice_arg(requests, count, "requests") });
         let v: Vec<Request> = check!(
@@ -69,8 +68,7 @@ pub extern "C" fn tw_stream_op_status(
     status_out: *mut tw_transfer_status,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        let e = check!(unsafe { engine_ref(engine) });
+        let e = check!(engine_ref(engine));
         // SAFETY: `status_out` is NULL or valid for one write (API contract).
         let slot = check!(unsafe { out(status_out, "status_out") });
         let s = check!(e.stream_op_status(op));
@@ -96,8 +94,7 @@ pub extern "C" fn tw_stream_op_wait(
     timeout_ms: i64,
 ) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        check!(check!(unsafe { engine_ref(engine) }).stream_op_wait(op, timeout(timeout_ms)));
+        check!(check!(engine_ref(engine)).stream_op_wait(op, timeout(timeout_ms)));
         TW_OK
     })
 }
@@ -107,8 +104,7 @@ pub extern "C" fn tw_stream_op_wait(
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_stream_op_free(engine: *const tw_engine, op: u64) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
-        // SAFETY: `engine` is NULL or a live handle from `tw_engine_new` (API contract).
-        check!(check!(unsafe { engine_ref(engine) }).stream_op_free(op));
+        check!(check!(engine_ref(engine)).stream_op_free(op));
         TW_OK
     })
 }
