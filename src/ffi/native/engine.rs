@@ -12,10 +12,8 @@ pub extern "C" fn tw_engine_new(
     ffi_boundary!(TW_ERR_PANIC, {
         // SAFETY: `engine_out` is NULL or valid for one write (API contract).
         let slot = check!(unsafe { out(engine_out, "engine_out") });
-        // SAFETY: NULL or a live handle from `tw_config_new`.
-        let cfg = unsafe { cfg.as_ref() }
-            .map(|c| c.cfg.clone())
-            .unwrap_or_default();
+        // NULL means the defaults.
+        let cfg = crate::ffi::try_ref(cfg).map_or_else(|_| Config::default(), Config::clone);
         let engine = check!(Engine::new(cfg));
         *slot = Box::into_raw(Box::new(tw_engine { engine }));
         TW_OK

@@ -85,6 +85,14 @@ fn null(what: &str) -> Error {
     Error::new(ErrorKind::NullArgument, format!("{what} is NULL"))
 }
 
+impl super::Castable for tw_config {
+    type Target = Config;
+    const WHAT: &'static str = "cfg";
+    fn target(&self) -> &Config {
+        &self.cfg
+    }
+}
+
 impl super::Castable for tw_engine {
     type Target = Engine;
     const WHAT: &'static str = "engine";

@@ -23,15 +23,18 @@ pub(super) fn bad(msg: impl Into<String>) -> i32 {
     TW_STORE_INVALID_PARAMS
 }
 
-/// Borrows the handle.
-///
-/// # Safety
-/// `s` is NULL or a live handle from `tw_store_setup`.
-pub(super) unsafe fn store<'a>(s: *const tw_store) -> Result<&'a StoreClient, i32> {
-    // SAFETY: per the contract above.
-    unsafe { s.as_ref() }
-        .map(|s| &s.client)
-        .ok_or_else(|| bad("store handle is NULL"))
+impl crate::ffi::Castable for tw_store {
+    type Target = StoreClient;
+    const WHAT: &'static str = "store handle";
+    fn target(&self) -> &StoreClient {
+        &self.client
+    }
+}
+
+/// Borrows the client behind a handle argument (from `tw_store_setup`, not yet destroyed):
+/// NULL → `TW_STORE_INVALID_PARAMS`.
+pub(super) fn store<'a>(s: *const tw_store) -> Result<&'a StoreClient, i32> {
+    crate::ffi::try_ref(s).map_err(|e| bad(e.message()))
 }
 
 /// Borrows what every batch call starts with: the handle, then its `n` keys (in that order, so
@@ -45,8 +48,7 @@ pub(super) unsafe fn store_keys<'a>(
     key_lens: *const usize,
     n: usize,
 ) -> Result<(&'a StoreClient, Vec<&'a str>), i32> {
-    // SAFETY: per the contract above.
-    let c = unsafe { store(s) }?;
+    let c = store(s)?;
     // SAFETY: per the contract above.
     let ks = unsafe { keys(keys_in, key_lens, n) }?;
     Ok((c, ks))

@@ -159,8 +159,7 @@ pub unsafe extern "C" fn tw_store_hostname(
     len: usize,
 ) -> i32 {
     ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
-        // SAFETY: per the contract.
-        let c = tri!(unsafe { store(s) });
+        let c = tri!(store(s));
         // SAFETY: `buf` is writable for `len` bytes per the contract.
         if unsafe { super::write_c_string(&c.hostname(), buf, len) } {
             TW_STORE_OK
@@ -178,10 +177,9 @@ pub unsafe extern "C" fn tw_store_hostname(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_health_check(s: *const tw_store) -> i32 {
     ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
-        // SAFETY: per the contract.
-        match unsafe { s.as_ref() } {
-            None => 1,
-            Some(s) => s.client.health_check(),
+        match crate::ffi::try_ref(s) {
+            Err(_) => 1,
+            Ok(c) => c.health_check(),
         }
     })
 }
@@ -201,8 +199,7 @@ pub unsafe extern "C" fn tw_store_register_buffer(
     len: u64,
 ) -> i32 {
     ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
-        // SAFETY: per the contract.
-        let c = tri!(unsafe { store(s) });
+        let c = tri!(store(s));
         if addr.is_null() || len == 0 {
             return bad("register_buffer: NULL address or zero length");
         }
@@ -222,8 +219,7 @@ pub unsafe extern "C" fn tw_store_register_buffer(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_unregister_buffer(s: *const tw_store, addr: *mut c_void) -> i32 {
     ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
-        // SAFETY: per the contract.
-        let c = tri!(unsafe { store(s) });
+        let c = tri!(store(s));
         match c.engine().unregister_memory(addr as u64) {
             Ok(()) => TW_STORE_OK,
             Err(e) => bad(e.to_string()),
@@ -449,8 +445,7 @@ pub unsafe extern "C" fn tw_store_get_size(
     key_len: usize,
 ) -> i64 {
     ffi_boundary!(TW_STORE_INTERNAL_ERROR as i64, {
-        // SAFETY: `s` is a live handle per the contract above.
-        let c = tri!(unsafe { store(s) }.map_err(i64::from));
+        let c = tri!(store(s).map_err(i64::from));
         // SAFETY: `key` is readable for `key_len` bytes per the contract above.
         let k = match unsafe { args::key(key, Some(key_len)) } {
             Ok(k) => k,
@@ -517,8 +512,7 @@ pub unsafe extern "C" fn tw_store_remove_by_regex(
     force: bool,
 ) -> i64 {
     ffi_boundary!(TW_STORE_INTERNAL_ERROR as i64, {
-        // SAFETY: `s` is a live handle per the contract above.
-        let c = tri!(unsafe { store(s) }.map_err(i64::from));
+        let c = tri!(store(s).map_err(i64::from));
         // SAFETY: `pattern` is a C string per the contract above.
         let p = unsafe { super::str_arg(pattern, "pattern") };
         let p = tri!(p.map_err(|e| bad(e.to_string()) as i64));
@@ -533,8 +527,7 @@ pub unsafe extern "C" fn tw_store_remove_by_regex(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn tw_store_remove_all(s: *const tw_store, force: bool) -> i64 {
     ffi_boundary!(TW_STORE_INTERNAL_ERROR as i64, {
-        // SAFETY: `s` is a live handle per the contract above.
-        let c = tri!(unsafe { store(s) }.map_err(i64::from));
+        let c = tri!(store(s).map_err(i64::from));
         c.remove_all(force).to_c()
     })
 }
