@@ -18,7 +18,7 @@ SOMAJOR := $(shell sed -n 's/^version *= *"\([0-9]*\)\..*/\1/p' Cargo.toml | hea
 ## The library carries SONAME libtidewire.so.$(SOMAJOR); the link beside it lets programs linked
 ## against the build tree (tests, examples) find it.
 build:
-	$(CARGO) build --release --lib --bins
+	$(CARGO) build --release --workspace --lib --bins
 	ln -sf libtidewire.so $(PROFILE_DIR)/libtidewire.so.$(SOMAJOR)
 	ln -sf libtidewire.so $(PROFILE_DIR)/libtransfer_engine.so
 
@@ -50,7 +50,7 @@ layers:
 ## The network-namespace tests (tests/hostile_netns.rs) need root; here they fail rather than
 ## skip where namespaces are missing (TIDEWIRE_REQUIRE_NETNS=0 make test skips them, saying so).
 rust-test:
-	TIDEWIRE_REQUIRE_NETNS=$${TIDEWIRE_REQUIRE_NETNS-1} $(CARGO) test --release
+	TIDEWIRE_REQUIRE_NETNS=$${TIDEWIRE_REQUIRE_NETNS-1} $(CARGO) test --release --workspace
 
 ## C tests: each c_tests/test_*.c against the shared library (test_*dlopen* loads it at run
 ## time instead), test_native_api once more linked statically, and the header compiled as C++.
@@ -183,7 +183,7 @@ fmt:
 	$(CARGO) fmt --all
 
 clippy:
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 clean:
 	$(CARGO) clean

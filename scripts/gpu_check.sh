@@ -26,8 +26,8 @@ command -v cargo >/dev/null || die "cargo not found"
 command -v "$PY" >/dev/null || die "$PY not found"
 command -v timeout >/dev/null || die "timeout (coreutils) not found"
 
-step "build (cargo build --release, at most 300 s)"
-timeout 300 cargo build --release || die "build failed or timed out"
+step "build (cargo build --release --workspace, at most 300 s)"
+timeout 300 cargo build --release --workspace || die "build failed or timed out"
 lib=target/release/libtidewire.so
 [ -f "$lib" ] || die "$lib missing after the build"
 if readelf -d "$lib" 2>/dev/null | grep -Eq 'NEEDED.*(libcuda|libcudart)'; then

@@ -30,7 +30,7 @@ pub mod fuzzing;
 pub(crate) mod guard;
 #[cfg(all(test, loom))]
 mod loom_models;
-pub(crate) mod sync;
+pub mod sync;
 
 pub use engine::{Config, Engine, Request};
 pub use error::{Error, ErrorKind, Result};

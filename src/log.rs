@@ -37,7 +37,9 @@ pub fn max_level() -> Level {
     })
 }
 
-/// Logs one line if `level` is enabled (in scope everywhere below `lib.rs`'s `mod log`).
+/// Logs one line if `level` is enabled (in scope everywhere below `lib.rs`'s `mod log`; other
+/// crates of the project, the master's, `use tidewire::tw_log`).
+#[macro_export]
 macro_rules! tw_log {
     ($level:expr, $($arg:tt)*) => {
         if $level <= $crate::log::max_level() {

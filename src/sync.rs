@@ -33,7 +33,7 @@ pub(crate) mod atomic {
 
 /// The value of a lock operation's result, poisoned or not (see the module documentation):
 /// `cv.wait(guard).recover()`, `m.get_mut().recover()`, `m.into_inner().recover()`.
-pub(crate) trait Recover<T> {
+pub trait Recover<T> {
     /// The guard (or value), whether or not a panicking thread poisoned the lock.
     fn recover(self) -> T;
 }
@@ -45,7 +45,7 @@ impl<T> Recover<T> for LockResult<T> {
 }
 
 /// Taking a mutex, poisoned or not (see the module documentation).
-pub(crate) trait LockClean {
+pub trait LockClean {
     /// What the lock hands out.
     type Guard<'a>
     where
@@ -86,7 +86,7 @@ use loom::sync::Mutex as LoomMutex;
 lock_clean_for!(LoomMutex, loom::sync::MutexGuard<'a, T>, []);
 
 /// Taking a read or write lock, poisoned or not (see the module documentation).
-pub(crate) trait RwLockClean<T: ?Sized> {
+pub trait RwLockClean<T: ?Sized> {
     /// `read()`, recovering a poisoned lock.
     fn read_clean(&self) -> RwLockReadGuard<'_, T>;
     /// `write()`, recovering a poisoned lock.

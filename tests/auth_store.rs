@@ -4,6 +4,8 @@
 //! runs in a child process (this test binary re-run with a role variable), since the key reaches
 //! a Store client only through the environment.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -59,7 +61,7 @@ struct Master {
 
 impl Master {
     fn start() -> Master {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tidewire-master"))
+        let mut child = Command::new(common::master::master_bin())
             .args([
                 "--rpc_address=127.0.0.1",
                 "--rpc_port=0",

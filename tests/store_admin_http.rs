@@ -13,12 +13,12 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tidewire::store::master::admin::{
+use tidewire::store::proto::{KeyVersion, PutItem, Reply, Request, WriteConfig, code};
+use tidewire_master::admin::{
     Admin, AdminOptions, HaStatus, MAX_BATCH_QUERY_KEYS, MAX_LIST_ITEMS, MAX_QUERY, RuntimeState,
 };
-use tidewire::store::master::http::HttpServer;
-use tidewire::store::master::{Master, MasterConfig};
-use tidewire::store::proto::{KeyVersion, PutItem, Reply, Request, WriteConfig, code};
+use tidewire_master::http::HttpServer;
+use tidewire_master::{Master, MasterConfig};
 
 const SEG: u64 = 1 << 30;
 

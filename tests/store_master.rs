@@ -3,10 +3,10 @@
 //! client expiry, validation.
 
 use std::time::Duration;
-use tidewire::store::master::{Master, MasterConfig};
 use tidewire::store::proto::{
     GetResult, KeyVersion, PutItem, Reply, Request, StartResult, WriteConfig, code,
 };
+use tidewire_master::{Master, MasterConfig};
 
 const SEG: u64 = 1 << 20;
 

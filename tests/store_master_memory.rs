@@ -1,8 +1,8 @@
 //! The master gives memory back to the OS after a mass removal (its own test binary, so no
 //! other test allocates in this process meanwhile).
 
-use tidewire::store::master::{Master, MasterConfig};
 use tidewire::store::proto::{KeyVersion, PutItem, Reply, Request, WriteConfig};
+use tidewire_master::{Master, MasterConfig};
 
 fn rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tidewire::store::master::{Master, MasterConfig};
 use tidewire::store::proto::{KeyVersion, PutItem, Reply, Request, WriteConfig, code};
+use tidewire_master::{Master, MasterConfig};
 
 const N: usize = 300_000;
 const BATCH: usize = 1024;

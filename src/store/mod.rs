@@ -1,6 +1,6 @@
 //! The Store: a Mooncake-Store-compatible distributed KV store whose bytes move through the
-//! engine. `proto` is the master RPC protocol, `master` the metadata service behind
-//! `tidewire-master`, `client` the library side (setup, mount, heartbeat), `flows` its
+//! engine. `proto` is the master RPC protocol (the master itself, the metadata
+//! service behind `tidewire-master`, is its own crate in `master/`), `client` the library side (setup, mount, heartbeat), `flows` its
 //! put/get/remove paths, `multi` the values in several pieces and `sessions` the get sessions
 //! and replica descriptors.
 
@@ -12,7 +12,6 @@ pub mod conn;
 pub mod copying;
 pub mod flows;
 mod holds;
-pub mod master;
 pub mod mem;
 pub mod multi;
 pub mod proto;

@@ -2,7 +2,26 @@
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+
+/// The `tidewire-master` binary of this build. It belongs to the `master` crate of the
+/// workspace, so Cargo names no `CARGO_BIN_EXE_` for it here: it sits in the profile directory,
+/// one above this test binary's `deps/`, once `cargo test --workspace` (or `make build`) built it.
+pub fn master_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test binary sits in <profile>/deps")
+        .join("tidewire-master");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (cargo build -p tidewire-master, or cargo test --workspace)",
+        bin.display()
+    );
+    bin
+}
 
 /// Starts `tidewire-master` with `args` (stderr discarded) and waits for its ready line: the
 /// child, and that line as JSON (`rpc_port`, `metrics_port`, `http_metadata_port`, ...).
@@ -11,7 +30,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tidewire-master"))
+    let mut child = Command::new(master_bin())
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Every operation name [`crate::store::proto::Request::name`] returns.
+/// Every operation name [`tidewire::store::proto::Request::name`] returns.
 pub const OPS: [&str; 13] = [
     "mount",
     "unmount",

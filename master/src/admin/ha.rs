@@ -1,8 +1,8 @@
 //! The HA state the admin routes report (`/ha_status`, `/role`, `/leader`, `/health`), set by
 //! the election loop.
 
-use crate::sync::LockClean;
 use std::sync::Mutex;
+use tidewire::sync::LockClean;
 
 /// A master's runtime state, as Mooncake names it (`/ha_status`; `/role` maps it to `leader` or
 /// `standby`).

@@ -1,13 +1,9 @@
-//! The master's RPC listener, on the connection core (`crate::net`: no thread per connection, no
+//! The master's RPC listener, on the connection core (`tidewire::net`: no thread per connection, no
 //! async runtime), and a background tick thread. A connection waits at most `idle_timeout` for
 //! its next request (parked on the reactor, costing no thread) and `io_timeout` for the rest of
 //! a frame once it started; at the cap a new connection gets an error reply and is closed.
 
 use super::Master;
-use crate::auth::{AuthKey, Purpose};
-use crate::log::Level;
-use crate::net::{self, AtCap, Limits, Listening, Next, Prefixed, Session, Want, Worker};
-use crate::store::proto::{self, FLAG_ONE_WAY, FrameError, HEADER_LEN, Reply, Request, code};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -15,6 +11,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tidewire::auth::{AuthKey, Purpose};
+use tidewire::log::Level;
+use tidewire::net::{self, AtCap, Limits, Listening, Next, Prefixed, Session, Want, Worker};
+use tidewire::store::proto::{self, FLAG_ONE_WAY, FrameError, HEADER_LEN, Reply, Request, code};
+use tidewire::tw_log;
 
 /// Limits of the RPC server.
 #[derive(Debug, Clone)]
@@ -141,7 +142,7 @@ struct MasterSession {
 impl Session for MasterSession {
     fn want(&mut self, head: &[u8]) -> Want {
         if !self.proven {
-            return crate::auth::want_hello(head);
+            return tidewire::auth::want_hello(head);
         }
         net::want_frame(head, HEADER_LEN, |h| {
             let h: &[u8; HEADER_LEN] = h.try_into().ok()?;
@@ -155,8 +156,8 @@ impl Session for MasterSession {
         let mut r = Prefixed::new(&head, stream);
         if !self.proven {
             let deadline = Instant::now() + self.io_timeout;
-            if let Err(e) = crate::auth::server(&mut r, &self.key, Purpose::Store, deadline) {
-                crate::auth::log_refusal("master", stream.peer_addr().ok(), &e);
+            if let Err(e) = tidewire::auth::server(&mut r, &self.key, Purpose::Store, deadline) {
+                tidewire::auth::log_refusal("master", stream.peer_addr().ok(), &e);
                 return Next::Close;
             }
             self.proven = true;

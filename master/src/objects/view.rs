@@ -3,7 +3,7 @@
 
 use super::super::segments::Segments;
 use super::Objects;
-use crate::store::proto::code;
+use tidewire::store::proto::code;
 
 /// Keys of complete objects for an admin listing (see [`Objects::list_keys`]).
 #[derive(Debug, Clone, Default)]
@@ -20,7 +20,7 @@ pub struct KeyInfo {
     /// Value size in bytes.
     pub size: u64,
     /// The complete replicas.
-    pub replicas: Vec<crate::store::proto::ReplicaDesc>,
+    pub replicas: Vec<tidewire::store::proto::ReplicaDesc>,
     /// Time left on the read lease (`None`: no lease active).
     pub lease_left: Option<std::time::Duration>,
     /// Hard-pinned.

@@ -11,9 +11,6 @@ pub mod objects;
 pub mod segments;
 pub mod server;
 
-use crate::etcd::journal_writer::JournalWriter;
-use crate::store::proto::{KeyVersion, REMOVE_STRETCH_MS, Reply, Request, StartResult, code};
-use crate::sync::{LockClean, RwLockClean};
 use metrics::Metrics;
 use objects::Objects;
 use segments::{Segments, Strategy};
@@ -21,6 +18,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
+use tidewire::etcd::journal_writer::JournalWriter;
+use tidewire::store::proto::{KeyVersion, REMOVE_STRETCH_MS, Reply, Request, StartResult, code};
+use tidewire::sync::{LockClean, RwLockClean};
+use tidewire::tw_log;
 
 /// Objects removed after which the master gives freed memory back to the OS.
 const TRIM_AFTER: u64 = 65_536;
@@ -141,7 +142,7 @@ impl Master {
 
     /// Clients whose heartbeats are arriving (each within the hold grace of now).
     fn heartbeating(&self) -> HashSet<u64> {
-        let grace = Duration::from_millis(crate::store::proto::HOLD_PING_GRACE_MS);
+        let grace = Duration::from_millis(tidewire::store::proto::HOLD_PING_GRACE_MS);
         let now = Instant::now();
         self.clients
             .lock_clean()
@@ -291,7 +292,7 @@ impl Master {
                 for name in &segments {
                     if self.segs.mark_unhealthy(name) {
                         tw_log!(
-                            crate::log::Level::Warn,
+                            tidewire::log::Level::Warn,
                             "master: client {client_id:#x} reports failed transfers with segment \
                              {name:?}; no new placements there until its owner pings"
                         );
@@ -348,7 +349,7 @@ impl Master {
     fn allocate(
         &self,
         size: u64,
-        config: &crate::store::proto::WriteConfig,
+        config: &tidewire::store::proto::WriteConfig,
     ) -> Result<segments::Placed, i32> {
         match self.segs.allocate(size, config, self.cfg.strategy) {
             Err(code::NO_AVAILABLE_HANDLE) => {
@@ -374,7 +375,7 @@ impl Master {
         let n = self.objs.drop_segments(ids);
         if n > 0 {
             tw_log!(
-                crate::log::Level::Info,
+                tidewire::log::Level::Info,
                 "master: dropped {n} objects with the unmounted segments"
             );
         }
@@ -427,7 +428,7 @@ impl Master {
         let t = Instant::now();
         give_memory_back();
         tw_log!(
-            crate::log::Level::Debug,
+            tidewire::log::Level::Debug,
             "master: {removed} objects removed; freed memory given back to the OS in {:?}",
             t.elapsed()
         );
@@ -460,7 +461,7 @@ impl Master {
         for id in silent {
             if self.segs.suspend_client(id) {
                 tw_log!(
-                    crate::log::Level::Warn,
+                    tidewire::log::Level::Warn,
                     "master: client {id:#x} missed its heartbeats; no new placements on its \
                      segments until it pings (dropped after {:?} more)",
                     self.cfg.client_grace
@@ -470,7 +471,7 @@ impl Master {
         for id in expired {
             let segs: HashSet<u32> = self.segs.of_client(id).into_iter().collect();
             tw_log!(
-                crate::log::Level::Warn,
+                tidewire::log::Level::Warn,
                 "master: client {id:#x} missed its heartbeats; unmounting {} segment(s)",
                 segs.len()
             );

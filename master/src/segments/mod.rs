@@ -1,11 +1,12 @@
 //! Mounted segments, one offset allocator each, and replica placement.
 
-use crate::store::alloc::OffsetAllocator;
-use crate::store::proto::{ReplicaDesc, WriteConfig, code};
-use crate::sync::{LockClean, RwLockClean};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use tidewire::store::alloc::OffsetAllocator;
+use tidewire::store::proto::{ReplicaDesc, WriteConfig, code};
+use tidewire::sync::{LockClean, RwLockClean};
+use tidewire::tw_log;
 
 mod placement;
 
@@ -95,7 +96,7 @@ impl Segment {
 
     fn refused_free(&self, offset: u64, len: u64) {
         tw_log!(
-            crate::log::Level::Error,
+            tidewire::log::Level::Error,
             "master: refused a bad free of {offset}+{len} in {}",
             self.name
         );

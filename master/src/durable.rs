@@ -10,12 +10,13 @@
 
 use super::Master;
 use super::segments::Replica;
-use crate::etcd::journal::Recovered;
-use crate::etcd::journal_writer::JournalWriter;
-use crate::log::Level;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
+use tidewire::etcd::journal::Recovered;
+use tidewire::etcd::journal_writer::JournalWriter;
+use tidewire::log::Level;
+use tidewire::tw_log;
 
 /// A complete object's record; `replicas` are (segment name, offset) of `size` bytes each.
 pub fn put_record(key: &str, size: u64, replicas: &[(Arc<str>, u64)], hard_pin: bool) -> String {

@@ -1,7 +1,7 @@
 //! Placement: choosing the segments a new object's replicas go to, per [`Strategy`].
 
 use super::*;
-use crate::sync::{LockClean, RwLockClean};
+use tidewire::sync::{LockClean, RwLockClean};
 
 impl Segments {
     fn next_random(&self) -> u64 {

@@ -6,9 +6,6 @@
 //! `GET /metadata?key=K` → 200 + body or 404; `PUT` stores the body (200); `DELETE` → 200 or 404;
 //! an empty key → 400.
 
-use crate::log::Level;
-use crate::net::{self, AtCap, Limits, Listening, Next, Prefixed, Session, Want, Worker};
-use crate::sync::LockClean;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -16,6 +13,10 @@ use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tidewire::log::Level;
+use tidewire::net::{self, AtCap, Limits, Listening, Next, Prefixed, Session, Want, Worker};
+use tidewire::sync::LockClean;
+use tidewire::tw_log;
 
 const MAX_HEAD: usize = 16 << 10;
 const MAX_BODY: usize = 16 << 20;
@@ -110,7 +111,7 @@ impl Default for HttpLimits {
 /// Answers one request.
 pub type HttpHandler = dyn Fn(&HttpRequest) -> HttpResponse + Send + Sync;
 
-/// A running HTTP server (on the connection core, `crate::net`); dropping it stops accepting.
+/// A running HTTP server (on the connection core, `tidewire::net`); dropping it stops accepting.
 pub struct HttpServer {
     addr: SocketAddr,
     _listening: Listening,

@@ -2,8 +2,8 @@
 //! boolean flag means true). Unknown flags are an error.
 
 use std::time::Duration;
-use tidewire::store::master::MasterConfig;
-use tidewire::store::master::segments::Strategy;
+use tidewire_master::MasterConfig;
+use tidewire_master::segments::Strategy;
 
 /// Every setting the binary uses.
 #[derive(Debug, Clone)]
@@ -121,7 +121,7 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
     let mut f = Flags {
         rpc_address: "0.0.0.0".into(),
         rpc_port: 50051,
-        max_connections: tidewire::store::master::server::DEFAULT_MAX_CONNECTIONS,
+        max_connections: tidewire_master::server::DEFAULT_MAX_CONNECTIONS,
         metrics_host: None,
         metrics_port: 9003,
         enable_metric_reporting: true,

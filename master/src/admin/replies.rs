@@ -2,9 +2,9 @@
 //! responses.
 
 use super::super::http::HttpResponse;
-use crate::store::proto::{ReplicaDesc, code};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use tidewire::store::proto::{ReplicaDesc, code};
 
 use super::{JSON, UNAVAILABLE_IN_CURRENT_MODE};
 

@@ -25,7 +25,7 @@ use replies::*;
 
 use super::Master;
 use super::http::{HttpLimits, HttpRequest, HttpResponse, HttpServer};
-use crate::store::proto::{MAX_KEY_LEN, code};
+use tidewire::store::proto::{MAX_KEY_LEN, code};
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;

@@ -18,13 +18,13 @@
 
 use super::MasterConfig;
 use super::segments::{Placed, Replica, Segments};
-use crate::store::proto::{GetResult, KeyVersion, PutItem, StartResult, WriteConfig, code};
-use crate::sync::LockClean;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+use tidewire::store::proto::{GetResult, KeyVersion, PutItem, StartResult, WriteConfig, code};
+use tidewire::sync::LockClean;
 
 mod holds;
 mod journal;

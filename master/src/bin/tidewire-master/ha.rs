@@ -12,8 +12,8 @@ use tidewire::etcd::election::{Election, ElectionConfig, Role, master_view_key_f
 use tidewire::etcd::journal::{Fence, Journal};
 use tidewire::etcd::journal_writer::{CompactPolicy, JournalWriter};
 use tidewire::store::conn::STANDBY_MARK;
-use tidewire::store::master::Master;
-use tidewire::store::master::admin::{HaStatus, RuntimeState};
+use tidewire_master::Master;
+use tidewire_master::admin::{HaStatus, RuntimeState};
 
 fn journal_prefix() -> String {
     let c = std::env::var("MC_STORE_CLUSTER_ID").unwrap_or_default();

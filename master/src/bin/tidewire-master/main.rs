@@ -7,10 +7,10 @@ mod ha;
 
 use std::net::TcpListener;
 use std::sync::Arc;
-use tidewire::store::master::Master;
-use tidewire::store::master::admin::{Admin, AdminOptions, HaStatus};
-use tidewire::store::master::http::{HttpServer, MetadataStore};
-use tidewire::store::master::server::{MasterServer, ServerOptions};
+use tidewire_master::Master;
+use tidewire_master::admin::{Admin, AdminOptions, HaStatus};
+use tidewire_master::http::{HttpServer, MetadataStore};
+use tidewire_master::server::{MasterServer, ServerOptions};
 
 fn bind(host: &str, port: u16, what: &str) -> Result<TcpListener, String> {
     let addrs = tidewire::metadata::resolve(host, port).map_err(|e| format!("{what}: {e}"))?;
