@@ -17,6 +17,8 @@ use tidewire::{Opcode, Request};
 const ROLE_VAR: &str = "TW_FLOOD_ROLE";
 const IDLE_MS: u64 = 3000;
 const HEAD_MS: u64 = 2000;
+/// How late past its timeout the flood child may see a connection closed (see its use).
+const SLACK_MS: u64 = 2500;
 /// Connections of the flood that send 10 bytes of a 24-byte header and stop.
 const STALLED: usize = 200;
 
@@ -215,8 +217,10 @@ fn ten_thousand_connections_to_one_data_port() {
             .unwrap()
     };
     assert_eq!(field("open="), 0, "connections left open: {closed}");
-    assert!(field("idle_ms=") <= IDLE_MS + 1000, "{closed}");
-    assert!(field("stalled_ms=") <= HEAD_MS + 1000, "{closed}");
+    // The child's clock starts when its connect returns, the server's when it accepts; with
+    // 10,000 connections queued on 2 busy cores the accepts trail by up to a second or two.
+    assert!(field("idle_ms=") <= IDLE_MS + SLACK_MS, "{closed}");
+    assert!(field("stalled_ms=") <= HEAD_MS + SLACK_MS, "{closed}");
     // The server still serves.
     read(0);
 }
