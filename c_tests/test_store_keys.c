@@ -4,6 +4,8 @@
  * they are C strings. A key that is empty, NULL, longer than TW_STORE_MAX_KEY_LEN or not UTF-8
  * gets TW_STORE_INVALID_PARAMS in every call, with a message naming it; a key of exactly the
  * limit works, and so does a batch of long keys larger than one master frame.
+ * tw_store_split_keys finds the keys of a NUL-joined buffer (empty ones included) and refuses
+ * a count that does not match.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -69,7 +71,29 @@ static void every_call_gives(tw_store *c, const char *key, size_t len, long want
     CHECK(codes[0] == want, msg);
 }
 
+/* tw_store_split_keys: pointers into the buffer and lengths, and clear refusals. */
+static void split_keys_cases(void) {
+    const char blob[] = "ab\0\0xyz"; /* "ab", "", "xyz" */
+    const char *p[4] = {0};
+    size_t l[4] = {0};
+    CHECK_RC(tw_store_split_keys(blob, sizeof blob - 1, 3, p, l), TW_STORE_OK);
+    CHECK(p[0] == blob && l[0] == 2, "split: first key");
+    CHECK(p[1] == blob + 3 && l[1] == 0, "split: empty middle key");
+    CHECK(p[2] == blob + 4 && l[2] == 3, "split: last key");
+    CHECK_RC(tw_store_split_keys(blob, sizeof blob - 1, 2, p, l), TW_STORE_INVALID_PARAMS);
+    CHECK(last_error_has("more than 2 keys"), "split: too few slots named");
+    CHECK_RC(tw_store_split_keys(blob, sizeof blob - 1, 4, p, l), TW_STORE_INVALID_PARAMS);
+    CHECK(last_error_has("holds 3 keys, not 4"), "split: too many slots named");
+    CHECK_RC(tw_store_split_keys(blob, 0, 1, p, l), TW_STORE_OK);
+    CHECK(l[0] == 0, "split: one empty key");
+    CHECK_RC(tw_store_split_keys(NULL, 0, 0, NULL, NULL), TW_STORE_OK);
+    CHECK_RC(tw_store_split_keys(blob, 2, 0, p, l), TW_STORE_INVALID_PARAMS);
+    CHECK_RC(tw_store_split_keys(NULL, 3, 1, p, l), TW_STORE_INVALID_PARAMS);
+    CHECK_RC(tw_store_split_keys(blob, 3, 1, NULL, l), TW_STORE_INVALID_PARAMS);
+}
+
 int main(void) {
+    split_keys_cases();
     char master[64];
     if (start_master(master, sizeof master) != 0) {
         fprintf(stderr, "cannot start tidewire-master\n");

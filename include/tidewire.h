@@ -1212,6 +1212,25 @@ int32_t tw_store_get_sized(const struct tw_store *s,
                            void *ctx,
                            int64_t *results);
 
+/*
+ Writes `ptrs_out[i]` and `lens_out[i]` for each of the `n` keys in `[blob, blob + len)`, where
+ consecutive keys are separated by one NUL byte (so no key holds a NUL: build the arrays by
+ hand for such keys). The pointers point into `blob`, which must outlive every call they are
+ passed to; nothing is retained here. An empty key is an empty stretch between separators.
+ Returns `TW_STORE_OK`, or `TW_STORE_INVALID_PARAMS` when a pointer is NULL while `n > 0` or
+ when the buffer does not hold exactly `n` keys (the arrays are then partly written). `n == 0`
+ with `len == 0` is a valid empty batch. Thread-safe (it touches only its arguments).
+
+ # Safety
+ `blob` is readable for `len` bytes; `ptrs_out` and `lens_out` are writable for `n` entries
+ each and do not overlap `blob` or each other.
+ */
+int32_t tw_store_split_keys(const char *blob,
+                            size_t len,
+                            size_t n,
+                            const char **ptrs_out,
+                            size_t *lens_out);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -205,4 +205,116 @@ mod tests {
         assert!(n >= 4, "{n} seeds");
         super::auth_frames(&[]);
     }
+
+    /// The master-protocol seeds, as the current encoding writes them: each body, and the same
+    /// body framed.
+    fn master_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
+        use crate::store::proto::{
+            GetResult, PutItem, ReplicaDesc, Reply, Request, WriteConfig, encode, write_frame,
+        };
+        let requests = [
+            Request::Ping { client_id: 7 },
+            Request::Exist {
+                keys: vec!["a".into(), "b\0c".into()],
+            },
+            Request::RemoveAll {
+                force: true,
+                from: Some(0),
+            },
+            Request::PutStart {
+                client_id: 3,
+                upsert: true,
+                items: vec![PutItem {
+                    key: "k".into(),
+                    size: 4096,
+                }],
+                config: WriteConfig {
+                    replica_num: 1,
+                    ..WriteConfig::default()
+                },
+            },
+        ];
+        let replies = [
+            Reply::Ok,
+            Reply::Error {
+                code: -704,
+                message: "missing".into(),
+            },
+            Reply::Replicas {
+                lease_ms: 5000,
+                hold_ms: 60_000,
+                results: vec![GetResult {
+                    code: 0,
+                    size: 4096,
+                    version: 9,
+                    replicas: vec![ReplicaDesc {
+                        endpoint: "127.0.0.1:15000".into(),
+                        addr: 0x7f00_0000_0000,
+                        len: 4096,
+                    }],
+                }],
+            },
+        ];
+        let mut seeds = Vec::new();
+        let bodies = requests
+            .iter()
+            .map(|r| ("master_request", encode(r)))
+            .chain(replies.iter().map(|r| ("master_reply", encode(r))));
+        let mut count = std::collections::HashMap::new();
+        for (target, body) in bodies {
+            let i = count.entry(target).or_insert(0);
+            let mut frame = Vec::new();
+            write_frame(&mut frame, 0, &body).unwrap();
+            seeds.push((target, format!("body{i}"), body));
+            seeds.push((target, format!("frame{i}"), frame));
+            *i += 1;
+        }
+        seeds
+    }
+
+    /// The seeds in fuzz/seeds/master_* are the current encoding's (a protocol change that
+    /// forgets them leaves the fuzzers starting from bytes the decoder rejects at once).
+    /// `TW_UPDATE_SEEDS=1 cargo test --release --lib master_seeds` rewrites them.
+    #[test]
+    fn master_seeds_are_current() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/seeds");
+        let update = std::env::var_os("TW_UPDATE_SEEDS").is_some();
+        for target in ["master_request", "master_reply"] {
+            let dir = std::path::Path::new(root).join(target);
+            let want: Vec<_> = master_seeds()
+                .into_iter()
+                .filter(|(t, ..)| *t == target)
+                .collect();
+            if update {
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::create_dir_all(&dir).unwrap();
+                for (_, name, bytes) in &want {
+                    std::fs::write(dir.join(name), bytes).unwrap();
+                }
+            }
+            let mut have: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            have.sort();
+            let mut names: Vec<String> = want.iter().map(|(_, n, _)| n.clone()).collect();
+            names.sort();
+            assert_eq!(
+                have, names,
+                "{target}: run TW_UPDATE_SEEDS=1 (see this test's doc)"
+            );
+            for (_, name, bytes) in &want {
+                let on_disk = std::fs::read(dir.join(name)).unwrap();
+                assert_eq!(
+                    &on_disk, bytes,
+                    "{target}/{name} is stale: run TW_UPDATE_SEEDS=1 (see this test's doc)"
+                );
+                if target == "master_request" {
+                    super::master_request(bytes);
+                } else {
+                    super::master_reply(bytes);
+                }
+            }
+        }
+    }
 }

@@ -366,22 +366,30 @@ fn master_rejects_malformed_frames_and_keeps_serving() {
     ));
     let mut rest = Vec::new();
     assert_eq!(s.read_to_end(&mut rest).unwrap_or(0), 0);
-    // A future protocol version is refused with a message naming the version.
-    let mut s = connect();
-    s.write_all(b"TWMS\x09\x00\x00\x00\x02\x00\x00\x00{}")
-        .unwrap();
-    match read_reply(&mut s) {
-        Some(Reply::Error { message, .. }) => assert!(message.contains("version 9"), "{message}"),
-        other => panic!("{other:?}"),
+    // A future protocol version, and version 1 (JSON bodies), are refused with a message
+    // naming the version.
+    for (version, body) in [(9u8, &b"{}"[..]), (1, br#"{"Ping":{"client_id":7}}"#)] {
+        let mut s = connect();
+        let mut frame = b"TWMS".to_vec();
+        frame.extend_from_slice(&[version, 0, 0, 0]);
+        frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        frame.extend_from_slice(body);
+        s.write_all(&frame).unwrap();
+        match read_reply(&mut s) {
+            Some(Reply::Error { message, .. }) => {
+                assert!(message.contains(&format!("version {version}")), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
     // An oversized length is refused before any allocation.
     let mut s = connect();
-    s.write_all(b"TWMS\x01\x00\x00\x00\xff\xff\xff\xff")
+    s.write_all(b"TWMS\x02\x00\x00\x00\xff\xff\xff\xff")
         .unwrap();
     assert!(matches!(read_reply(&mut s), Some(Reply::Error { .. })));
-    // Junk JSON and an out-of-bounds request get errors; the same connection keeps working.
+    // A junk body and an out-of-bounds request get errors; the same connection keeps working.
     let mut s = connect();
-    proto::write_frame(&mut s, 0, b"{not json").unwrap();
+    proto::write_frame(&mut s, 0, b"\xff\xff\xff\xff\xff\xff").unwrap();
     assert!(matches!(
         read_reply(&mut s),
         Some(Reply::Error {
@@ -404,7 +412,7 @@ fn master_rejects_malformed_frames_and_keeps_serving() {
     assert_eq!(read_reply(&mut s), Some(Reply::Pong { remount: true }));
     // A truncated frame followed by a close does not disturb other clients.
     let mut t = connect();
-    t.write_all(b"TWMS\x01\x00\x00\x00\x10\x00\x00\x00{")
+    t.write_all(b"TWMS\x02\x00\x00\x00\x10\x00\x00\x00\x00")
         .unwrap();
     drop(t);
     proto::write_frame(&mut s, 0, &proto::encode(&Request::Ping { client_id: 7 })).unwrap();

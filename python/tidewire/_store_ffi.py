@@ -110,6 +110,7 @@ STORE_SIGNATURES = {
     ),
     "tw_store_get_size": ([c_void_p, c_char_p, c_size_t], c_int64),
     "tw_store_exist": ([c_void_p, _keys, _lens, c_size_t, _p(c_int32)], c_int32),
+    "tw_store_split_keys": ([c_char_p, c_size_t, c_size_t, _keys, _lens], c_int32),
     "tw_store_remove": ([c_void_p, _keys, _lens, c_size_t, c_bool, _p(c_int32)], c_int32),
     "tw_store_remove_by_regex": ([c_void_p, c_char_p, c_bool], c_int64),
     "tw_store_remove_all": ([c_void_p, c_bool], c_int64),

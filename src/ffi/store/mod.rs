@@ -16,6 +16,7 @@ pub mod codes;
 mod multi;
 mod sessions;
 mod sized;
+mod split;
 
 use super::ffi_boundary;
 use super::status::set_last_error;

@@ -27,7 +27,15 @@ fn frames_round_trip_and_bad_headers_are_refused() {
         Err(FrameError::Bad(_))
     ));
     assert!(matches!(read_frame(&mut &[][..]), Err(FrameError::Closed)));
-    assert!(decode::<Request>(b"{\"Nope\":1}").is_err());
+    // An unknown variant, a truncated body, trailing bytes, and the JSON of version 1.
+    assert!(decode::<Request>(&[0x7f]).is_err());
+    let body = encode(&req);
+    assert!(decode::<Request>(&body[..body.len() - 1]).is_err());
+    let mut long = body.clone();
+    long.push(0);
+    let e = decode::<Request>(&long).unwrap_err();
+    assert!(e.contains("1 bytes after its end"), "{e}");
+    assert!(decode::<Request>(b"{\"Ping\":{\"client_id\":7}}").is_err());
 }
 
 #[test]
@@ -81,12 +89,12 @@ fn bounds_are_checked() {
 
 #[test]
 fn key_chunks_bound_keys_and_bytes() {
-    assert_eq!(key_cost("a\0\"\\"), 1 + 6 + 2 + 2 + 64);
+    assert_eq!(key_cost("a\0\"\\"), 4 + KEY_OVERHEAD);
     let short = vec!["k".to_string(); 2 * MAX_BATCH + 1];
     let runs: Vec<usize> = key_chunks(&short, |k| k).map(<[_]>::len).collect();
     assert_eq!(runs, [MAX_BATCH, MAX_BATCH, 1]);
-    // Keys of NULs, the costliest bytes: each run's encoded keys fit one frame.
-    let long = vec!["\0".repeat(MAX_KEY_LEN); 7];
+    // Keys of the longest length: each run's encoded keys fit one frame.
+    let long = vec!["\0".repeat(MAX_KEY_LEN); 20];
     let runs: Vec<&[String]> = key_chunks(&long, |k| k).collect();
     assert_eq!(runs.iter().map(|r| r.len()).sum::<usize>(), long.len());
     assert!(runs.len() > 1);
