@@ -451,14 +451,15 @@ def test_key_arrays_round_trip():
     """The packed key arrays the library reads: every key back, in order, at its full length
     (NUL bytes included)."""
     from tidewire import _store_args as st
+    from tidewire._store_core import _keys
 
     keys = ["a", "", "ключ-ü", b"raw-bytes", "x" * 300, "k\0a", bytearray(b"\0")]
     keys += [f"k{i}" for i in range(1000)]
-    arr, lens, keep = st._keys(keys)
+    arr, lens, keep = _keys(keys)
     ptrs = ctypes.cast(arr, ctypes.POINTER(ctypes.c_void_p))
     want = [k.encode() if isinstance(k, str) else bytes(k) for k in keys]
     assert [ctypes.string_at(ptrs[i] or 0, lens[i]) for i in range(len(keys))] == want
-    empty, empty_lens, _ = st._keys([])
+    empty, empty_lens, _ = _keys([])
     assert len(empty) == 0 and len(empty_lens) == 0
     res, cres = st._codes(3)
     cres[1] = -704

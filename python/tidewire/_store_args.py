@@ -2,13 +2,10 @@
 byte strings in one joined buffer), per-key result arrays, caller addresses and sizes."""
 
 import ctypes
-import itertools
 import operator
 from array import array
 from ctypes import POINTER, c_char_p, c_int32, c_size_t, c_uint64, c_void_p
 from typing import Any, Union
-
-from . import _ffi
 
 #: A store key: ``str`` (used as its UTF-8 bytes) or ``bytes``/``bytearray`` (see ``_key_bytes``).
 Key = Union[str, bytes, bytearray]
@@ -96,38 +93,6 @@ def _key_list_of_lists(groups):
         raise TypeError(
             f"all_keys must be a list of lists of str, not {type(groups).__name__}"
         ) from None
-
-
-def _c_keys(enc):
-    """Encoded keys as the C arrays the library reads (pointers, then lengths), and what keeps
-    them alive. Keys packed by ``_packed_str_keys`` are split by the library itself
-    (``tw_store_split_keys``: 1,024 keys ~10 us; building the arrays here took ~80-180 us); other
-    keys are joined into one buffer and their arrays built by C loops. Every key keeps all its
-    bytes, NULs included."""
-    n = len(enc)
-    if not n:
-        return (c_char_p * 0)(), (c_size_t * 0)(), enc
-    blob = getattr(enc, "blob", None)
-    if blob is not None:
-        # Keys NUL-separated in one buffer, none holding a NUL: the library finds them.
-        karr = (c_char_p * n)()
-        klens = (c_size_t * n)()
-        if _ffi.lib().tw_store_split_keys(blob, len(blob), n, karr, klens) == 0:
-            return karr, klens, (blob, karr, klens)
-    lens = array(_SIZE_CODE, map(len, enc))
-    blob = b"".join(enc)
-    base = ctypes.cast(c_char_p(blob), c_void_p).value
-    ptrs = array(_PTR_CODE, itertools.accumulate(lens[:-1], initial=base))
-    return (
-        ctypes.cast(ptrs.buffer_info()[0], POINTER(c_char_p)),
-        ctypes.cast(lens.buffer_info()[0], POINTER(c_size_t)),
-        (blob, ptrs, lens),
-    )
-
-
-def _keys(keys):
-    """``_c_keys`` of ``_key_list(keys)``."""
-    return _c_keys(_key_list(keys))
 
 
 def _codes(n):
