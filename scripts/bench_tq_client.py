@@ -7,9 +7,10 @@ holder role) and a client process running TransferQueue's client with no segment
 every put and get crosses processes (the issue's "remote" case). Each round puts 256 float32
 tensors of 1 MiB under fresh keys (``put``), reads them back with ``get(keys, shapes, dtypes)``
 (TransferQueue allocates each destination tensor, so the reads land in fresh memory), checks
-every tensor, and clears the keys. Rounds alternate between the implementations (tidewire,
-Mooncake, Mooncake, tidewire, ...). Prints the median, best and worst round per op, and the
-ratio of medians.
+every tensor, and clears the keys. A first round per implementation warms up (its times are
+printed apart: it includes the first touch of the holder's segment pages), then the measured
+rounds alternate between the implementations (tidewire, Mooncake, Mooncake, tidewire, ...).
+Prints the median, best and worst measured round per op, and the ratio of medians.
 
 The orchestrator runs in the Mooncake environment (its master binary and wheel), the clients in
 the TransferQueue one (torch; ``scripts/setup_tq_venv.sh``); Mooncake's client there imports the
@@ -122,7 +123,10 @@ def main():
     impls = ["tidewire", "mooncake"]
     sides = {i: Side(i, args.tq_python) for i in impls}
     times = {i: {op: [] for op in OPS} for i in impls}
+    warm = {}
     try:
+        for i in impls:
+            warm[i] = sides[i].round(-1)
         for r in range(args.rounds):
             order = impls if r % 2 == 0 else impls[::-1]
             for i in order:
@@ -144,6 +148,8 @@ def main():
         tw, mc = cell["tidewire"], cell["mooncake"]
         print(f"| {op} | {tw[0]:.1f} ({tw[1]:.1f}-{tw[2]:.1f}) | {mc[0]:.1f} ({mc[1]:.1f}-{mc[2]:.1f}) "
               f"| {mc[0] / tw[0]:.2f}x | {tw[2] / tw[0]:.2f} |")
+    print("\nwarm-up round (not in the medians), ms: " + "; ".join(
+        f"{i} put {warm[i]['put']:.1f} get {warm[i]['get']:.1f}" for i in impls))
     return 0
 
 

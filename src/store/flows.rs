@@ -58,13 +58,15 @@ impl Shared {
         }
     }
 
-    /// Whether destinations of a read look freshly allocated (unregistered and never touched,
-    /// see [`likely_fresh`](super::mem::likely_fresh)): their pages are then populated on a
-    /// second CPU alongside the transfer, instead of faulting one by one inside the receive copy
-    /// (TransferQueue reads into tensors it has just allocated).
+    /// Whether destinations of a read look freshly allocated (host memory never touched, see
+    /// [`likely_fresh`](super::mem::likely_fresh)), registered or not: their pages are then
+    /// populated on a second CPU alongside the transfer, instead of faulting one by one inside
+    /// the receive copy. TransferQueue allocates its tensors, registers them and reads into
+    /// them at once. Memory registered as a CUDA device's is never host-populated.
     pub(crate) fn fresh_destinations(&self, dsts: impl Iterator<Item = (u64, u64)>) -> bool {
-        dsts.take(4)
-            .any(|(a, n)| super::mem::likely_fresh(a, n) && self.engine.memory_location(a).is_err())
+        dsts.take(4).any(|(a, n)| {
+            super::mem::likely_fresh(a, n) && self.engine.memory_device(a).is_none()
+        })
     }
 
     /// Whether caller memory may be touched: registered with the engine, or at least mapped.
