@@ -26,6 +26,10 @@ use tidewire::tw_log;
 /// Objects removed after which the master gives freed memory back to the OS.
 const TRIM_AFTER: u64 = 65_536;
 
+/// Sweeps (about a second apart) after a mass removal's trim within which it is repeated once,
+/// for the memory freed after it (see `Master::trim_after_removals`).
+const TRIM_FOLLOWUPS: u64 = 30;
+
 /// Returns the heap's free pages to the OS (glibc keeps freed small allocations in its arenas).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn give_memory_back() {
@@ -102,6 +106,9 @@ pub struct Master {
     stuck_at: AtomicU64,
     /// Objects removed (not yet given back to the OS) as the previous sweep saw them.
     removed_seen: AtomicU64,
+    /// Sweeps left in which a mass removal's memory may still be freed (buffers retired while
+    /// reads of them were possible, slabs compacted later): see [`Master::trim_after_removals`].
+    trim_followups: AtomicU64,
     /// HA: while set, every request is refused with this message (a standby, or a leader still
     /// rebuilding its state).
     standby: RwLock<Option<String>>,
@@ -121,6 +128,7 @@ impl Master {
             ticks: AtomicU64::new(0),
             stuck_at: AtomicU64::new(u64::MAX),
             removed_seen: AtomicU64::new(0),
+            trim_followups: AtomicU64::new(0),
             standby: RwLock::new(None),
             journal: OnceLock::new(),
         }
@@ -417,7 +425,20 @@ impl Master {
     /// previous sweep, or far more than that while removals go on), gives the memory the
     /// allocator keeps free back to the OS. The slabs were compacted already (by the removal
     /// walk and the sweep); what is left is the allocator's free space, mostly the freed keys.
+    /// Some of the removal's memory is freed only later: buffers retired while a read of them
+    /// could still run (freed when their hold ends) and slabs the next sweeps compact. So the
+    /// trim is repeated once nothing retired is left, or after [`TRIM_FOLLOWUPS`] sweeps.
     fn trim_after_removals(&self) {
+        let followups = self.trim_followups.load(Ordering::Relaxed);
+        if followups > 0 {
+            let left = followups - 1;
+            if left == 0 || self.objs.retired_count() == 0 {
+                self.trim_followups.store(0, Ordering::Relaxed);
+                give_memory_back();
+            } else {
+                self.trim_followups.store(left, Ordering::Relaxed);
+            }
+        }
         let removed = self.objs.removed_lately();
         let seen = self.removed_seen.swap(removed, Ordering::Relaxed);
         if removed < TRIM_AFTER || (removed != seen && removed < 16 * TRIM_AFTER) {
@@ -425,6 +446,7 @@ impl Master {
         }
         self.objs.take_removed();
         self.removed_seen.store(0, Ordering::Relaxed);
+        self.trim_followups.store(TRIM_FOLLOWUPS, Ordering::Relaxed);
         let t = Instant::now();
         give_memory_back();
         tw_log!(

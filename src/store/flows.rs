@@ -64,9 +64,8 @@ impl Shared {
     /// the receive copy. TransferQueue allocates its tensors, registers them and reads into
     /// them at once. Memory registered as a CUDA device's is never host-populated.
     pub(crate) fn fresh_destinations(&self, dsts: impl Iterator<Item = (u64, u64)>) -> bool {
-        dsts.take(4).any(|(a, n)| {
-            super::mem::likely_fresh(a, n) && self.engine.memory_device(a).is_none()
-        })
+        dsts.take(4)
+            .any(|(a, n)| super::mem::likely_fresh(a, n) && self.engine.memory_device(a).is_none())
     }
 
     /// Whether caller memory may be touched: registered with the engine, or at least mapped.

@@ -346,6 +346,11 @@ impl Objects {
         self.shards[i].lock_clean()
     }
 
+    /// Buffers of removed or replaced objects not freed yet (a read of them could still run).
+    pub fn retired_count(&self) -> usize {
+        self.all().map(|sh| sh.retired.len()).sum()
+    }
+
     fn all(&self) -> impl Iterator<Item = MutexGuard<'_, Shard>> {
         self.shards.iter().map(|s| s.lock_clean())
     }
