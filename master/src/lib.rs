@@ -429,19 +429,22 @@ impl Master {
     /// could still run (freed when their hold ends) and slabs the next sweeps compact. So the
     /// trim is repeated once nothing retired is left, or after [`TRIM_FOLLOWUPS`] sweeps.
     fn trim_after_removals(&self) {
-        let followups = self.trim_followups.load(Ordering::Relaxed);
-        if followups > 0 {
-            let left = followups - 1;
-            if left == 0 || self.objs.retired_count() == 0 {
-                self.trim_followups.store(0, Ordering::Relaxed);
-                give_memory_back();
-            } else {
-                self.trim_followups.store(left, Ordering::Relaxed);
-            }
-        }
         let removed = self.objs.removed_lately();
         let seen = self.removed_seen.swap(removed, Ordering::Relaxed);
-        if removed < TRIM_AFTER || (removed != seen && removed < 16 * TRIM_AFTER) {
+        let settled = removed == seen;
+        if removed < TRIM_AFTER || (!settled && removed < 16 * TRIM_AFTER) {
+            // No mass removal to trim after: a follow-up of the last one may be due, though
+            // not while a removal goes on (its own trims come first).
+            let followups = self.trim_followups.load(Ordering::Relaxed);
+            if followups > 0 && settled {
+                let left = followups - 1;
+                if left == 0 || self.objs.retired_count() == 0 {
+                    self.trim_followups.store(0, Ordering::Relaxed);
+                    give_memory_back();
+                } else {
+                    self.trim_followups.store(left, Ordering::Relaxed);
+                }
+            }
             return;
         }
         self.objs.take_removed();
