@@ -90,6 +90,9 @@ static void split_keys_cases(void) {
     CHECK_RC(tw_store_split_keys(blob, 2, 0, p, l), TW_STORE_INVALID_PARAMS);
     CHECK_RC(tw_store_split_keys(NULL, 3, 1, p, l), TW_STORE_INVALID_PARAMS);
     CHECK_RC(tw_store_split_keys(blob, 3, 1, NULL, l), TW_STORE_INVALID_PARAMS);
+    CHECK_RC(tw_store_split_keys(blob, SIZE_MAX, 1, p, l), TW_STORE_INVALID_PARAMS);
+    CHECK_RC(tw_store_split_keys(blob, 3, SIZE_MAX / 2, p, l), TW_STORE_INVALID_PARAMS);
+    CHECK(last_error_has("out of range"), "split: overflowing count named");
 }
 
 int main(void) {

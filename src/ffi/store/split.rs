@@ -38,6 +38,12 @@ pub unsafe extern "C" fn tw_store_split_keys(
         if blob.is_null() || ptrs_out.is_null() || lens_out.is_null() {
             return bad("split_keys: NULL buffer or output array");
         }
+        // Lengths no real buffer or array can have (the slices below must fit `isize`).
+        if len > isize::MAX as usize || n > isize::MAX as usize / size_of::<usize>() {
+            return bad(format!(
+                "split_keys: {len} bytes or {n} keys is out of range"
+            ));
+        }
         // SAFETY: `blob` is non-NULL and readable for `len` bytes per the contract.
         let bytes = unsafe { std::slice::from_raw_parts(blob.cast::<u8>(), len) };
         // SAFETY: both arrays are non-NULL, writable for `n` entries and unshared per the
