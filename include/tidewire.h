@@ -1217,8 +1217,9 @@ int32_t tw_store_get_sized(const struct tw_store *s,
  consecutive keys are separated by one NUL byte (so no key holds a NUL: build the arrays by
  hand for such keys). The pointers point into `blob`, which must outlive every call they are
  passed to; nothing is retained here. An empty key is an empty stretch between separators.
- Returns `TW_STORE_OK`, or `TW_STORE_INVALID_PARAMS` when a pointer is NULL while `n > 0` or
- when the buffer does not hold exactly `n` keys (the arrays are then partly written). `n == 0`
+ Returns `TW_STORE_OK`, or `TW_STORE_INVALID_PARAMS` when a pointer is NULL while `n > 0`,
+ when `len` or `n` is larger than any buffer can be, or when the buffer does not hold exactly
+ `n` keys (the arrays are then partly written). `n == 0`
  with `len == 0` is a valid empty batch. Thread-safe (it touches only its arguments).
 
  # Safety
