@@ -59,8 +59,8 @@ def _key_list(keys):
 
 class _PackedKeys(list):
     """Encoded keys (a list of ``bytes``, as ``_key_list`` gives) that also hold ``blob``: the
-    keys' UTF-8 joined by NUL bytes, in which each key is found at its offset, so ``_c_keys``
-    reads pointers into it instead of joining again."""
+    keys' UTF-8 joined by NUL bytes, which ``_store_core._c_keys`` hands to the library to split
+    (``tw_store_split_keys``) instead of joining again."""
 
     blob: bytes
 

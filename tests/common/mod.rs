@@ -27,11 +27,19 @@ pub fn free_port() -> u16 {
 pub fn restartable_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32768);
-    let (low, high) = (10_000u32, ephemeral_low.max(10_001));
+    let range: Vec<u32> = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .map(|s| s.split_whitespace().filter_map(|v| v.parse().ok()).collect())
+        .unwrap_or_default();
+    let (eph_low, eph_high) = match range[..] {
+        [l, h] => (l, h),
+        _ => (32768, 60999),
+    };
+    // Below the ephemeral range where there is room, above it otherwise.
+    let (low, high) = if eph_low >= 11_000 {
+        (10_000u32, eph_low)
+    } else {
+        (eph_high.saturating_add(1).min(64_000), 65_535)
+    };
     let span = high - low;
     let start = std::process::id().wrapping_mul(7919) % span;
     for _ in 0..span.min(2000) {
