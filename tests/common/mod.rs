@@ -28,7 +28,11 @@ pub fn restartable_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let range: Vec<u32> = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .map(|s| s.split_whitespace().filter_map(|v| v.parse().ok()).collect())
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect()
+        })
         .unwrap_or_default();
     let (eph_low, eph_high) = match range[..] {
         [l, h] => (l, h),
