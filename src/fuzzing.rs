@@ -255,20 +255,19 @@ mod tests {
                 }],
             },
         ];
-        let mut seeds = Vec::new();
-        let bodies = requests
-            .iter()
-            .map(|r| ("master_request", encode(r)))
-            .chain(replies.iter().map(|r| ("master_reply", encode(r))));
-        let mut count = std::collections::HashMap::new();
-        for (target, body) in bodies {
-            let i = count.entry(target).or_insert(0);
-            let mut frame = Vec::new();
-            write_frame(&mut frame, 0, &body).unwrap();
-            seeds.push((target, format!("body{i}"), body));
-            seeds.push((target, format!("frame{i}"), frame));
-            *i += 1;
-        }
+        let bodies = |target: &'static str, encoded: Vec<Vec<u8>>| {
+            encoded.into_iter().enumerate().flat_map(move |(i, body)| {
+                let mut frame = Vec::new();
+                write_frame(&mut frame, 0, &body).unwrap();
+                [
+                    (target, format!("body{i}"), body),
+                    (target, format!("frame{i}"), frame),
+                ]
+            })
+        };
+        let mut seeds: Vec<_> =
+            bodies("master_request", requests.iter().map(encode).collect()).collect();
+        seeds.extend(bodies("master_reply", replies.iter().map(encode).collect()));
         seeds
     }
 
