@@ -83,6 +83,7 @@ fn main() {
             std::thread::sleep(std::time::Duration::from_millis(100));
             let t = Instant::now();
             m3.tick();
+            m3.handle(Request::Ping { client_id: 1 });
             let d = t.elapsed().as_secs_f64() * 1e3;
             if d > 5.0 {
                 eprintln!(
