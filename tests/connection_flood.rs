@@ -55,7 +55,7 @@ fn child_flood_main() {
         let mut s = match TcpStream::connect(("127.0.0.1", port)) {
             Ok(s) => s,
             Err(e) => {
-                println!("FAILED connect {i}: {e}");
+                report(&format!("FAILED connect {i}: {e}"));
                 return;
             }
         };
@@ -67,8 +67,7 @@ fn child_flood_main() {
         s.set_nonblocking(true).unwrap();
         conns.push((s, Instant::now(), stalled, None));
     }
-    println!("OPENED {n}");
-    std::io::stdout().flush().unwrap();
+    report(&format!("OPENED {n}"));
     let until = Instant::now() + Duration::from_millis(IDLE_MS.max(HEAD_MS) + 8000);
     let mut b = [0u8; 16];
     while Instant::now() < until && conns.iter().any(|c| c.3.is_none()) {
@@ -89,11 +88,18 @@ fn child_flood_main() {
             .unwrap_or(0)
     };
     let open = conns.iter().filter(|c| c.3.is_none()).count();
-    println!(
+    report(&format!(
         "CLOSED idle_ms={} stalled_ms={} open={open}",
         worst(false),
         worst(true)
-    );
+    ));
+}
+
+/// One line to the parent; a parent that has stopped reading (its test failed) is not the
+/// child's failure, so a closed pipe is ignored.
+fn report(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 /// Raises this process's descriptor limit to its hard limit (children inherit it) and returns
@@ -194,9 +200,12 @@ fn ten_thousand_connections_to_one_data_port() {
         "threads grew from {threads0} to {threads1} under a flood of idle connections"
     );
     assert!(per_conn <= 16 << 10, "{per_conn} B per idle connection");
+    // Not a latency target (those live in BENCHMARKS.md; here the flood child's polling and the
+    // other tests of this binary share the CPUs): a reactor that waited on the stalled headers
+    // inline, or served connections in turn, would hold a READ for up to the header deadline.
     assert!(
-        best_p99 < Duration::from_millis(10),
-        "READ p99 {best_p99:?} during the flood"
+        best_p99 < Duration::from_millis(HEAD_MS / 4),
+        "READ p99 {best_p99:?} during the flood: reads wait behind the flood's connections"
     );
 
     let closed = lines
