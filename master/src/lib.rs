@@ -15,7 +15,7 @@ use metrics::Metrics;
 use objects::Objects;
 use segments::{Segments, Strategy};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use tidewire::etcd::journal_writer::JournalWriter;
@@ -109,6 +109,9 @@ pub struct Master {
     /// Sweeps left in which a mass removal's memory may still be freed (buffers retired while
     /// reads of them were possible, slabs compacted later): see [`Master::trim_after_removals`].
     trim_followups: AtomicU64,
+    /// A mass removal's walk reached its end since the last tick: the next tick gives the
+    /// memory back at once instead of waiting for the sweep to see the removals settle.
+    walk_ended: AtomicBool,
     /// HA: while set, every request is refused with this message (a standby, or a leader still
     /// rebuilding its state).
     standby: RwLock<Option<String>>,
@@ -129,6 +132,7 @@ impl Master {
             stuck_at: AtomicU64::new(u64::MAX),
             removed_seen: AtomicU64::new(0),
             trim_followups: AtomicU64::new(0),
+            walk_ended: AtomicBool::new(false),
             standby: RwLock::new(None),
             journal: OnceLock::new(),
         }
@@ -337,10 +341,13 @@ impl Master {
     fn remove_walk(&self, pred: impl Fn(&str) -> bool, force: bool, from: Option<u64>) -> Reply {
         let budget = from.map(|_| Duration::from_millis(REMOVE_STRETCH_MS));
         let start = from.unwrap_or(objects::WALK_START);
-        match self
+        let swept = self
             .objs
-            .remove_matching(pred, force, &self.segs, &self.cfg, start, budget)
-        {
+            .remove_matching(pred, force, &self.segs, &self.cfg, start, budget);
+        if swept.as_ref().is_ok_and(|s| s.next.is_none()) {
+            self.walk_ended.store(true, Ordering::Relaxed);
+        }
+        match swept {
             Ok(s) if from.is_some() => Reply::Removed {
                 count: s.removed,
                 next: s.next,
@@ -390,11 +397,18 @@ impl Master {
     }
 
     /// Background work, run every ~100 ms by the server: expires silent clients (unmounting their
-    /// segments) every tick; every 10th tick frees retired buffers, discards stale writes and
-    /// evicts above the watermark (the passes that scan every object).
+    /// segments) every tick; every 10th tick frees retired buffers, discards stale writes, ends
+    /// dead read holds and expired soft pins (walking only the shards that hold such state) and
+    /// evicts above the watermark (a scan of every object).
     pub fn tick(&self) {
         let n = self.ticks.fetch_add(1, Ordering::Relaxed);
         self.expire_clients();
+        if self.walk_ended.swap(false, Ordering::Relaxed) {
+            let removed = self.objs.removed_lately();
+            if removed >= TRIM_AFTER {
+                self.trim(removed);
+            }
+        }
         if n % 10 == 0 {
             self.sweep();
         }
@@ -447,6 +461,11 @@ impl Master {
             }
             return;
         }
+        self.trim(removed);
+    }
+
+    /// Gives the memory freed by `removed` removals back to the OS now, and arms the follow-up.
+    fn trim(&self, removed: u64) {
         self.objs.take_removed();
         self.removed_seen.store(0, Ordering::Relaxed);
         self.trim_followups.store(TRIM_FOLLOWUPS, Ordering::Relaxed);
@@ -553,5 +572,7 @@ impl Master {
     }
 }
 
+#[cfg(test)]
+mod sweep_tests;
 #[cfg(test)]
 mod trim_tests;

@@ -55,3 +55,33 @@ fn a_long_removal_is_trimmed_on_the_way() {
         "not settled: no follow-up yet"
     );
 }
+
+/// The tick after a mass removal's walk reaches its end gives the memory back, without
+/// waiting for a sweep to see the removals settle; ticks without one do not.
+#[test]
+fn the_tick_after_a_walk_ends_trims() {
+    use tidewire::store::proto::{Reply, Request};
+    let m = Master::new(MasterConfig::default());
+    m.tick(); // the first tick sweeps; the next nine do not
+    m.objs.note_removed(TRIM_AFTER);
+    m.tick();
+    assert_eq!(
+        m.objs.removed_lately(),
+        TRIM_AFTER,
+        "no walk ended: no trim"
+    );
+    let r = m.handle(Request::RemoveAll {
+        force: true,
+        from: Some(objects::WALK_START),
+    });
+    assert_eq!(
+        r,
+        Some(Reply::Removed {
+            count: 0,
+            next: None
+        })
+    );
+    m.tick();
+    assert_eq!(m.objs.removed_lately(), 0, "trimmed at the walk's end");
+    assert_eq!(followups(&m), TRIM_FOLLOWUPS, "and a follow-up armed");
+}

@@ -59,6 +59,11 @@ impl Holds {
         }
     }
 
+    /// The holds, one per client.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Hold> {
+        self.0.iter().flat_map(|h| h.iter())
+    }
+
     /// Keeps the holds `keep` accepts.
     pub(super) fn retain(&mut self, keep: impl FnMut(&Hold) -> bool) {
         if let Some(holds) = self.0.as_mut() {

@@ -20,7 +20,7 @@ use super::MasterConfig;
 use super::segments::{Placed, Replica, Segments};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tidewire::store::proto::{GetResult, KeyVersion, PutItem, StartResult, WriteConfig, code};
@@ -101,7 +101,15 @@ impl Object {
 struct Shard {
     table: Table,
     retired: HashMap<u64, Retired>,
+    /// The earliest tick at which the sweep may find something to do among this shard's
+    /// objects (a stale write, an expired soft pin, a read hold to check); [`NEVER`] when none
+    /// has any. Every change that gives an object such state moves it earlier, and the sweep
+    /// sets it again from what it leaves, so a shard of plain objects is never walked by it.
+    watch_at: Tick,
 }
+
+/// No time at all (a shard with nothing for the sweep to watch).
+const NEVER: Tick = Tick::MAX;
 
 /// Receives a journal record (queued, not yet durable) while the key's shard is locked, so the
 /// records of one key are queued in the order its changes happened.
@@ -126,6 +134,10 @@ pub struct Objects {
     pub sink: OnceLock<Sink>,
     /// Objects removed since memory was last given back to the OS.
     removed: AtomicU64,
+    /// The shard the sweep's object walks start at (where the last sweep ran out of budget).
+    sweep_from: AtomicUsize,
+    /// Records one sweep walks at most ([`upkeep::SWEEP_RECORDS`]; tests lower it).
+    sweep_records: AtomicUsize,
 }
 
 impl Default for Objects {
@@ -137,6 +149,7 @@ impl Default for Objects {
                     Mutex::new(Shard {
                         table: Table::new(hasher.clone()),
                         retired: HashMap::new(),
+                        watch_at: NEVER,
                     })
                 })
                 .collect(),
@@ -145,6 +158,8 @@ impl Default for Objects {
             next_version: AtomicU64::new(1),
             sink: OnceLock::new(),
             removed: AtomicU64::new(0),
+            sweep_from: AtomicUsize::new(0),
+            sweep_records: AtomicUsize::new(upkeep::SWEEP_RECORDS),
         }
     }
 }
@@ -253,6 +268,11 @@ fn writer_done(
 }
 
 impl Shard {
+    /// The sweep must look at this shard's objects at `at` (or earlier, if already due then).
+    fn watch(&mut self, at: Tick) {
+        self.watch_at = self.watch_at.min(at);
+    }
+
     /// PutEnd/PutRevoke of a version that is not the key's write in progress: if it is a dropped
     /// (pre-empted or discarded) write of this writer, its space is freed now. `INVALID_WRITE`,
     /// or `OBJECT_NOT_FOUND` when the key is gone.
@@ -395,12 +415,15 @@ impl Objects {
                 let o = sh.table.get_mut(slot).ok_or(code::OBJECT_NOT_FOUND)?;
                 let c = o.complete.as_mut().ok_or(code::REPLICA_IS_NOT_READY)?;
                 c.holds.add(reader, now);
+                let found = (c.size, c.id, c.replicas.clone());
                 o.lease_until = o.lease_until.max(lease_until);
                 o.last_access = now;
                 if o.soft_pin_until != 0 {
                     o.soft_pin_until = soft_until;
                 }
-                Ok((c.size, c.id, c.replicas.clone()))
+                // The hold is live at least for the lease; the sweep checks it from then on.
+                sh.watch(lease_until);
+                Ok(found)
             })
             .collect();
         segs.with_view(|view| {

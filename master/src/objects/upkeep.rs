@@ -4,9 +4,13 @@
 use super::super::MasterConfig;
 use super::super::segments::Segments;
 use super::holds::hold_live;
-use super::{Objects, Tick, drop_pending, lease_active, nanos};
+use super::{NEVER, Objects, SHARDS, Shard, Tick, drop_pending, lease_active, nanos};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashSet};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Records the sweep walks at most per pass (about 5-10 ms of one CPU), beyond the first shard.
+pub(super) const SWEEP_RECORDS: usize = 256 << 10;
 
 /// What an eviction pass may consider: where the object is and which version it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,18 +80,27 @@ impl Objects {
             });
             sh.table.compact();
         }
-        self.removed
-            .fetch_add(dropped as u64, std::sync::atomic::Ordering::Relaxed);
+        self.removed.fetch_add(dropped as u64, Relaxed);
         dropped
     }
 
     /// Periodic work: ends read holds that are no longer live (`alive` tells whether a client's
     /// heartbeats are arriving), frees retired buffers that are due, discards writes older than
     /// the discard timeout, ends expired soft pins, compacts slabs left sparse by removals.
+    ///
+    /// Only shards whose watch time has come are walked object by object, so a master of
+    /// millions of plain objects sweeps in microseconds. Those walks stop for this sweep after
+    /// [`SWEEP_RECORDS`] records, and the next sweep goes on from the shard this one stopped
+    /// at: the sweep thread never takes the CPUs from the calls for a walk of every record (a
+    /// write discarded or a hold ended a few sweeps late costs nothing: both timers are
+    /// seconds long).
     pub fn sweep(&self, segs: &Segments, cfg: &MasterConfig, alive: &dyn Fn(u64) -> bool) {
         let now = self.now();
-        let discard = nanos(cfg.put_start_discard_timeout);
-        for mut sh in self.all() {
+        let first = self.sweep_from.load(Relaxed) % SHARDS;
+        let mut budget = self.sweep_records.load(Relaxed);
+        let mut resume = None;
+        for i in (first..SHARDS).chain(0..first) {
+            let mut sh = self.shard(i);
             let sh = &mut *sh;
             for r in sh.retired.values_mut() {
                 r.holds.retain(|h| hold_live(h, now, cfg, alive));
@@ -95,39 +108,18 @@ impl Objects {
             for (key, version) in sh.free_due(now, segs) {
                 self.emit(|| super::super::durable::unhold_record(&key, version));
             }
-            let stale: Vec<u32> = sh
-                .table
-                .iter()
-                .filter(|(_, o)| {
-                    o.pending
-                        .as_ref()
-                        .is_some_and(|p| p.started.saturating_add(discard) <= now)
-                })
-                .map(|(s, _)| s)
-                .collect();
-            for s in stale {
-                let Some(o) = sh.table.get_mut(s) else {
-                    continue;
-                };
-                let Some(p) = o.pending.take() else {
-                    continue;
-                };
-                let gone = o.complete.is_none();
-                drop_pending(&mut sh.retired, &o.key, *p, cfg);
-                if gone {
-                    sh.table.remove(s);
-                }
-            }
-            for o in sh.table.values_mut() {
-                if o.soft_pin_until != 0 && o.soft_pin_until <= now {
-                    o.soft_pin_until = 0;
-                }
-                if let Some(c) = o.complete.as_mut() {
-                    c.holds.retain(|h| hold_live(h, now, cfg, alive));
+            if sh.watch_at <= now {
+                if budget > 0 {
+                    budget = budget.saturating_sub(sh.table.slots());
+                    sh.watch_at = NEVER;
+                    sweep_objects(sh, now, cfg, alive);
+                } else if resume.is_none() {
+                    resume = Some(i);
                 }
             }
             sh.table.compact();
         }
+        self.sweep_from.store(resume.unwrap_or(first), Relaxed);
     }
 
     /// Evicts roughly least-recently-used objects until `target` bytes are freed, skipping
@@ -191,11 +183,62 @@ impl Objects {
             }
             if let Some(key) = sh.remove_slot(c.slot, segs, cfg, None) {
                 self.emit(|| super::super::durable::del_record(&key));
-                self.removed
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.removed.fetch_add(1, Relaxed);
                 freed += c.bytes;
             }
         }
         freed
     }
+}
+
+/// The sweep's walk of one shard's objects: discards stale writes, ends expired soft pins and
+/// dead read holds, and sets the shard's watch time from what is left.
+fn sweep_objects(sh: &mut Shard, now: Tick, cfg: &MasterConfig, alive: &dyn Fn(u64) -> bool) {
+    let discard = nanos(cfg.put_start_discard_timeout);
+    let lease = nanos(cfg.lease_ttl);
+    let stale: Vec<u32> = sh
+        .table
+        .iter()
+        .filter(|(_, o)| {
+            o.pending
+                .as_ref()
+                .is_some_and(|p| p.started.saturating_add(discard) <= now)
+        })
+        .map(|(s, _)| s)
+        .collect();
+    for s in stale {
+        let Some(o) = sh.table.get_mut(s) else {
+            continue;
+        };
+        let Some(p) = o.pending.take() else {
+            continue;
+        };
+        let gone = o.complete.is_none();
+        drop_pending(&mut sh.retired, &o.key, *p, cfg);
+        if gone {
+            sh.table.remove(s);
+        }
+    }
+    let mut next = NEVER;
+    for o in sh.table.values_mut() {
+        if o.soft_pin_until != 0 && o.soft_pin_until <= now {
+            o.soft_pin_until = 0;
+        }
+        if o.soft_pin_until != 0 {
+            next = next.min(o.soft_pin_until);
+        }
+        if let Some(p) = &o.pending {
+            next = next.min(p.started.saturating_add(discard));
+        }
+        if let Some(c) = o.complete.as_mut() {
+            c.holds.retain(|h| hold_live(h, now, cfg, alive));
+            for h in c.holds.iter() {
+                // Within its lease a hold is live whatever its client does; past it, it lives
+                // on the client's heartbeats, which every sweep checks.
+                let lease_end = h.granted.saturating_add(lease);
+                next = next.min(if lease_end > now { lease_end } else { now });
+            }
+        }
+    }
+    sh.watch(next);
 }

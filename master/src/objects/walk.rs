@@ -121,6 +121,20 @@ impl Objects {
         self.removed.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Shards the sweep will walk object by object when their watch time comes (the sweep
+    /// tests check that plain objects leave none).
+    #[cfg(test)]
+    pub(crate) fn watched_shards(&self) -> usize {
+        self.all().filter(|sh| sh.watch_at != super::NEVER).count()
+    }
+
+    /// Lowers the records one sweep walks (the sweep tests check the walk goes on where it
+    /// stopped).
+    #[cfg(test)]
+    pub(crate) fn set_sweep_records(&self, n: usize) {
+        self.sweep_records.store(n, Ordering::Relaxed);
+    }
+
     /// Objects removed since the last [`take_removed`](Self::take_removed).
     pub fn removed_lately(&self) -> u64 {
         self.removed.load(Ordering::Relaxed)

@@ -31,6 +31,7 @@ impl Objects {
         let soft_until = wcfg
             .soft_pin
             .then(|| now.saturating_add(nanos(cfg.soft_pin_ttl)));
+        let discard = nanos(cfg.put_start_discard_timeout);
         {
             let mut sh = self.shard(si);
             if let Some(o) = sh.table.find(hash, key).and_then(|s| sh.table.get_mut(s)) {
@@ -66,6 +67,7 @@ impl Objects {
                     if let Some(t) = soft_until {
                         o.soft_pin_until = t;
                     }
+                    sh.watch(now.saturating_add(discard).min(soft_until.unwrap_or(NEVER)));
                     return result;
                 }
             }
@@ -116,6 +118,7 @@ impl Objects {
             started: now,
             writer,
         }));
+        sh.watch(now.saturating_add(discard).min(soft_until.unwrap_or(NEVER)));
         if let Some(p) = old {
             // A write already in progress on this key is pre-empted: its space comes back when
             // its writer reports.
