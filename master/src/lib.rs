@@ -44,6 +44,29 @@ fn give_memory_back() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn give_memory_back() {}
 
+/// Allocations of at least this many bytes are mappings of their own (see
+/// [`large_allocations_own_pages`]).
+const OWN_PAGES_FROM: usize = 128 << 10;
+
+/// Makes every allocation of [`OWN_PAGES_FROM`] bytes or more a mapping of its own, given back
+/// to the OS the moment it is freed. glibc starts there too, but raises the bar to the size of
+/// each such block freed, so after the first shard's slab is freed the large buffers allocated
+/// later (slabs, key buffers) live in its arenas and go back only through a trim, which holds
+/// each arena's lock while it walks the free memory. Process-wide: the master binary calls it
+/// once at start, before its threads.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn large_allocations_own_pages() {
+    // SAFETY: mallopt only changes a glibc tuning parameter (it takes the allocator's lock);
+    // any thread may call it at any time.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, OWN_PAGES_FROM as libc::c_int);
+    }
+}
+
+/// Other allocators: nothing to set.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn large_allocations_own_pages() {}
+
 /// Master behaviour (mooncake_master's flags, same defaults).
 #[derive(Debug, Clone)]
 pub struct MasterConfig {

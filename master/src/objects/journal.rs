@@ -12,10 +12,10 @@ impl Objects {
     pub fn export(&self) -> Vec<Durable> {
         let mut out = Vec::new();
         for sh in self.all() {
-            for (_, o) in sh.table.iter() {
+            for (_, key, o) in sh.table.iter() {
                 if let Some(c) = &o.complete {
                     out.push((
-                        o.key.to_string(),
+                        key.to_string(),
                         c.size,
                         c.replicas.as_slice().to_vec(),
                         o.hard_pin,
@@ -30,10 +30,10 @@ impl Objects {
     pub fn export_holds(&self) -> Vec<WriteHold> {
         let mut out = Vec::new();
         for sh in self.all() {
-            for (_, o) in sh.table.iter() {
+            for (_, key, o) in sh.table.iter() {
                 if let Some(p) = &o.pending {
                     out.push((
-                        o.key.to_string(),
+                        key.to_string(),
                         p.v.id,
                         p.writer,
                         p.v.size,
@@ -101,17 +101,17 @@ impl Objects {
         let id = self.version_id();
         let (hash, si) = self.locate(&key);
         let mut sh = self.shard(si);
-        let mut o = Object::new(&key, hard_pin, now);
+        let mut o = Object::new(hard_pin, now);
         o.complete = Some(Version {
             id,
             size,
             replicas,
             holds: Default::default(),
         });
-        let old = match sh.table.find(hash, &key).and_then(|s| sh.table.get_mut(s)) {
-            Some(slot) => Some(std::mem::replace(slot, o)),
+        let old = match sh.table.find(hash, &key) {
+            Some(slot) => sh.table.replace(slot, o),
             None => {
-                sh.table.insert(hash, o);
+                sh.table.insert(hash, &key, o);
                 None
             }
         };

@@ -9,12 +9,13 @@
 //! holds its buffers for at most its lease (or a few seconds past its last heartbeat).
 //!
 //! Memory: a shard keeps its objects as fixed-size records in a slab with an index of slot
-//! numbers ([`table`]). A record is 104 bytes: the key (stored once, in a `Box<str>`), the
-//! complete version with its replica inline (a replica is a segment id and an offset: the
-//! length is the object's size, the endpoint and address come from the segment), and times as
-//! nanosecond ticks. An unfinished write, read holds and extra replicas are allocated only
-//! while they exist. Mass removals walk the slots in chunks, letting go of the shard's lock
-//! between them ([`walk`]), and compact the slab behind them.
+//! numbers ([`table`]). A record is 96 bytes: where its key lies in the shard's key buffer
+//! (the key is stored once, with no allocation of its own), the complete version with its
+//! replica inline (a replica is a segment id and an offset: the length is the object's size,
+//! the endpoint and address come from the segment), and times as nanosecond ticks. An
+//! unfinished write, read holds and extra replicas are allocated only while they exist. Mass
+//! removals walk the slots in chunks, letting go of the shard's lock between them ([`walk`]),
+//! and compact the slab and the key buffer behind them.
 
 use super::MasterConfig;
 use super::segments::{Placed, Replica, Segments};
@@ -71,7 +72,10 @@ struct Pending {
 
 #[derive(Debug)]
 struct Object {
-    key: Box<str>,
+    /// Where the key's bytes start in its table's key buffer (set by [`Table::insert`]).
+    key_at: usize,
+    /// The key's length in bytes.
+    key_len: u32,
     complete: Option<Version>,
     pending: Option<Box<Pending>>,
     /// 0: no lease.
@@ -82,12 +86,14 @@ struct Object {
     hard_pin: bool,
 }
 
-const _: () = assert!(std::mem::size_of::<Option<Object>>() <= 104);
+const _: () = assert!(std::mem::size_of::<Option<Object>>() <= 96);
 
 impl Object {
-    fn new(key: &str, hard_pin: bool, now: Tick) -> Object {
+    /// A record with no value yet; [`Table::insert`] gives it its key.
+    fn new(hard_pin: bool, now: Tick) -> Object {
         Object {
-            key: key.into(),
+            key_at: 0,
+            key_len: 0,
             complete: None,
             pending: None,
             lease_until: 0,
@@ -316,23 +322,28 @@ impl Shard {
         writes
     }
 
-    /// Removes the object in `slot` whatever its state (the caller checked leases); see
-    /// [`drop_complete`] for `later`.
+    /// Removes the object in `slot` whatever its state (the caller checked leases); `removed`
+    /// sees its key. See [`drop_complete`] for `later`. Returns whether `slot` held an object.
     fn remove_slot(
         &mut self,
         slot: u32,
         segs: &Segments,
         cfg: &MasterConfig,
         later: Option<&mut Vec<(Replica, u64)>>,
-    ) -> Option<Box<str>> {
-        let mut o = self.table.remove(slot)?;
-        if let Some(p) = o.pending.take() {
-            drop_pending(&mut self.retired, &o.key, *p, cfg);
-        }
-        if let Some(c) = o.complete.take() {
-            drop_complete(&mut self.retired, segs, c, later);
-        }
-        Some(o.key)
+        removed: impl FnOnce(&str),
+    ) -> bool {
+        let retired = &mut self.retired;
+        self.table
+            .remove_with(slot, |mut o, key| {
+                if let Some(p) = o.pending.take() {
+                    drop_pending(retired, key, *p, cfg);
+                }
+                if let Some(c) = o.complete.take() {
+                    drop_complete(retired, segs, c, later);
+                }
+                removed(key);
+            })
+            .is_some()
     }
 
     /// Whether the object in `slot` may be removed now: always with `force`, otherwise only
@@ -510,8 +521,9 @@ impl Objects {
         if let Err(c) = sh.removable(slot, force, now) {
             return c;
         }
-        sh.remove_slot(slot, segs, cfg, None);
-        self.emit(|| super::durable::del_record(key));
+        sh.remove_slot(slot, segs, cfg, None, |key| {
+            self.emit(|| super::durable::del_record(key));
+        });
         self.removed.fetch_add(1, Ordering::Relaxed);
         code::OK
     }

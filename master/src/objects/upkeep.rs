@@ -49,7 +49,7 @@ impl Objects {
         let mut dropped = 0;
         for mut sh in self.all() {
             let sh = &mut *sh;
-            let slots: Vec<u32> = sh.table.iter().map(|(s, _)| s).collect();
+            let slots: Vec<u32> = sh.table.iter().map(|(s, _, _)| s).collect();
             for s in slots {
                 let Some(o) = sh.table.get_mut(s) else {
                     continue;
@@ -143,7 +143,7 @@ impl Objects {
         let mut heap: BinaryHeap<Candidate> = BinaryHeap::new();
         let mut covered = 0u64;
         for (si, sh) in self.all().enumerate() {
-            for (slot, o) in sh.table.iter() {
+            for (slot, _, o) in sh.table.iter() {
                 let Some(c) = o.complete.as_ref().filter(|_| evictable(o)) else {
                     continue;
                 };
@@ -181,8 +181,10 @@ impl Objects {
             if !same || sh.removable(c.slot, false, now) != Ok(()) {
                 continue;
             }
-            if let Some(key) = sh.remove_slot(c.slot, segs, cfg, None) {
-                self.emit(|| super::super::durable::del_record(&key));
+            let removed = sh.remove_slot(c.slot, segs, cfg, None, |key| {
+                self.emit(|| super::super::durable::del_record(key));
+            });
+            if removed {
                 self.removed.fetch_add(1, Relaxed);
                 freed += c.bytes;
             }
@@ -199,22 +201,22 @@ fn sweep_objects(sh: &mut Shard, now: Tick, cfg: &MasterConfig, alive: &dyn Fn(u
     let stale: Vec<u32> = sh
         .table
         .iter()
-        .filter(|(_, o)| {
+        .filter(|(_, _, o)| {
             o.pending
                 .as_ref()
                 .is_some_and(|p| p.started.saturating_add(discard) <= now)
         })
-        .map(|(s, _)| s)
+        .map(|(s, _, _)| s)
         .collect();
     for s in stale {
-        let Some(o) = sh.table.get_mut(s) else {
+        let Some((key, o)) = sh.table.entry_mut(s) else {
             continue;
         };
         let Some(p) = o.pending.take() else {
             continue;
         };
         let gone = o.complete.is_none();
-        drop_pending(&mut sh.retired, &o.key, *p, cfg);
+        drop_pending(&mut sh.retired, key, *p, cfg);
         if gone {
             sh.table.remove(s);
         }

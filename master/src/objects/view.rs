@@ -39,7 +39,7 @@ impl Objects {
         let mut bytes = 0usize;
         let mut full = false;
         for sh in self.all() {
-            for (_, o) in sh.table.iter() {
+            for (_, k, o) in sh.table.iter() {
                 if o.complete.is_none() {
                     continue;
                 }
@@ -47,7 +47,6 @@ impl Objects {
                 if full {
                     continue;
                 }
-                let k = &o.key;
                 if out.keys.len() >= max_items || bytes + k.len() + 1 > max_bytes {
                     full = true;
                     continue;

@@ -77,14 +77,14 @@ impl Objects {
                     .saturating_add(CHUNK)
                     .min(u32::try_from(sh.table.slots()).unwrap_or(u32::MAX));
                 for s in slot..end {
-                    let wanted = sh.table.get(s).is_some_and(|o| pred(&o.key));
+                    let wanted = sh.table.key(s).is_some_and(&pred);
                     if !wanted || sh.removable(s, force, now).is_err() {
                         continue;
                     }
-                    if let Some(key) = sh.remove_slot(s, segs, cfg, Some(&mut frees)) {
-                        self.emit(|| super::super::durable::del_record(&key));
-                        removed += 1;
-                    }
+                    let gone = sh.remove_slot(s, segs, cfg, Some(&mut frees), |key| {
+                        self.emit(|| super::super::durable::del_record(key));
+                    });
+                    removed += i64::from(gone);
                 }
                 slot = end;
                 let done = slot as usize >= sh.table.slots();

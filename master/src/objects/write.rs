@@ -85,7 +85,7 @@ impl Objects {
         let sh = &mut *sh;
         let slot = match sh.table.find(hash, key) {
             Some(s) => s,
-            None => sh.table.insert(hash, Object::new(key, wcfg.hard_pin, now)),
+            None => sh.table.insert(hash, key, Object::new(wcfg.hard_pin, now)),
         };
         let Some(o) = sh.table.get_mut(slot) else {
             free_all(segs, size, &replicas);
