@@ -176,8 +176,14 @@ pub fn master_request(data: &[u8]) {
             assert_eq!(again, req);
         }
     }
-    // The body alone, as the decoder sees it once a frame was read.
-    let _ = decode::<Request>(data);
+    // The body alone, as the decoder sees it once a frame was read; the master's borrowing
+    // decoder of `Exist` agrees with it on every body.
+    match (crate::store::proto::decode_exist(data), decode::<Request>(data)) {
+        (Some(Ok(keys)), Ok(Request::Exist { keys: owned })) => assert_eq!(keys, owned),
+        (Some(Ok(_)), other) => panic!("a borrowed Exist where the owned decoder gave {other:?}"),
+        (Some(Err(_)), Ok(Request::Exist { .. })) => panic!("an Exist refused only when borrowed"),
+        _ => {}
+    }
 }
 
 /// A master reply as a store client reads it (a master is a peer too): the frame, then the

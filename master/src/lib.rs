@@ -23,7 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use tidewire::etcd::journal_writer::JournalWriter;
-use tidewire::store::proto::{KeyVersion, REMOVE_STRETCH_MS, Reply, Request, StartResult, code};
+use tidewire::store::proto::{
+    self, KeyVersion, REMOVE_STRETCH_MS, Reply, Request, StartResult, code,
+};
 use tidewire::sync::{LockClean, RwLockClean};
 use tidewire::tw_log;
 
@@ -156,17 +158,8 @@ impl Master {
 
     /// Answers one request (`None` for one-way messages).
     pub fn handle(&self, req: Request) -> Option<Reply> {
-        if let Err(m) = req.validate() {
-            return Some(Reply::Error {
-                code: code::INVALID_PARAMS,
-                message: m,
-            });
-        }
-        if let Some(why) = &*self.standby.read_clean() {
-            return Some(Reply::Error {
-                code: code::RPC_FAIL,
-                message: why.clone(),
-            });
+        if let Some(refused) = self.refusal(req.validate()) {
+            return Some(refused);
         }
         let t0 = Instant::now();
         let name = req.name();
@@ -189,6 +182,33 @@ impl Master {
         }
         self.metrics.record(name, t0.elapsed());
         reply
+    }
+
+    /// `Exist` of borrowed keys (see [`proto::decode_exist`]): what [`Master::handle`] answers
+    /// for `Request::Exist`, without the keys copied into the request first.
+    pub fn exist(&self, keys: &[&str]) -> Reply {
+        if let Some(refused) = self.refusal(proto::check_keys(keys)) {
+            return refused;
+        }
+        let t0 = Instant::now();
+        let codes = self.objs.exist(keys, &self.cfg);
+        self.metrics.record("exist", t0.elapsed());
+        Reply::Codes { codes }
+    }
+
+    /// The answer to a request that failed its checks (`checked`) or came to a standby; `None`
+    /// when it is to be served.
+    fn refusal(&self, checked: Result<(), String>) -> Option<Reply> {
+        if let Err(m) = checked {
+            return Some(Reply::Error {
+                code: code::INVALID_PARAMS,
+                message: m,
+            });
+        }
+        self.standby.read_clean().as_ref().map(|why| Reply::Error {
+            code: code::RPC_FAIL,
+            message: why.clone(),
+        })
     }
 
     fn dispatch(&self, req: Request) -> Option<Reply> {

@@ -195,12 +195,18 @@ impl MasterSession {
             }
             Err(_) => return false,
         };
-        let reply = match proto::decode::<Request>(&body) {
-            Ok(req) => self.master.handle(req),
-            Err(m) => Some(Reply::Error {
-                code: code::INVALID_PARAMS,
-                message: m,
-            }),
+        let bad = |message| Reply::Error {
+            code: code::INVALID_PARAMS,
+            message,
+        };
+        // Existence queries, the most frequent call, keep their keys in the body.
+        let reply = match proto::decode_exist(&body) {
+            Some(Ok(keys)) => Some(self.master.exist(&keys)),
+            Some(Err(m)) => Some(bad(m)),
+            None => match proto::decode::<Request>(&body) {
+                Ok(req) => self.master.handle(req),
+                Err(m) => Some(bad(m)),
+            },
         };
         if header.flags & FLAG_ONE_WAY != 0 {
             return true;

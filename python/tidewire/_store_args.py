@@ -67,7 +67,7 @@ class _PackedKeys(list):
 
 def _packed_str_keys(keys):
     """The fast path of ``_key_list`` for a list of ``str`` without NUL: one join, one encode
-    and one split, all C loops (1024 keys: ~35 us, against ~140 us key by key). None when a key
+    and one split, all C loops (1024 keys: ~34 us, against ~140 us key by key). None when a key
     is not a ``str`` or holds a NUL (the caller goes key by key)."""
     if not keys:
         return None
@@ -75,10 +75,11 @@ def _packed_str_keys(keys):
         joined = "\0".join(keys)
     except TypeError:
         return None
-    if joined.count("\0") != len(keys) - 1:  # a key holds a NUL
-        return None
     blob = joined.encode("utf-8", "surrogatepass")
-    out = _PackedKeys(blob.split(b"\0"))
+    parts = blob.split(b"\0")
+    if len(parts) != len(keys):  # a key holds a NUL
+        return None
+    out = _PackedKeys(parts)
     out.blob = blob
     return out
 

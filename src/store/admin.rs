@@ -2,7 +2,7 @@
 
 use super::client::StoreClient;
 use super::flows::key_ok;
-use super::proto::{Reply, Request, code, key_chunks};
+use super::proto::{self, Reply, Request, code, key_chunks};
 
 impl StoreClient {
     /// Sizes (a lease-free peek is not available: this grants a lease like Mooncake's query).
@@ -28,12 +28,12 @@ impl StoreClient {
         out
     }
 
-    fn codes(&self, keys: &[&str], make: impl Fn(Vec<String>) -> Request) -> Vec<i32> {
+    fn codes(&self, keys: &[&str], encode: impl Fn(&[&str]) -> Vec<u8>) -> Vec<i32> {
         let mut out = vec![code::INVALID_PARAMS; keys.len()];
         let idx: Vec<usize> = (0..keys.len()).filter(|&i| key_ok(keys[i])).collect();
         for chunk in key_chunks(&idx, |&i| keys[i]) {
-            let req = make(chunk.iter().map(|&i| keys[i].to_string()).collect());
-            match self.shared.conn.call(&req) {
+            let named: Vec<&str> = chunk.iter().map(|&i| keys[i]).collect();
+            match self.shared.conn.call_encoded(&encode(&named)) {
                 Ok(Reply::Codes { codes }) if codes.len() == chunk.len() => {
                     for (c, &i) in codes.into_iter().zip(chunk) {
                         out[i] = c;
@@ -48,12 +48,17 @@ impl StoreClient {
 
     /// Per key: 1 present, 0 absent, negative on error. Grants a lease (as Mooncake).
     pub fn exist(&self, keys: &[&str]) -> Vec<i32> {
-        self.codes(keys, |keys| Request::Exist { keys })
+        self.codes(keys, proto::encode_exist)
     }
 
     /// Per key: 0, `OBJECT_NOT_FOUND`, `OBJECT_HAS_LEASE` (unless `force`), ...
     pub fn remove(&self, keys: &[&str], force: bool) -> Vec<i32> {
-        self.codes(keys, |keys| Request::Remove { keys, force })
+        self.codes(keys, |keys| {
+            proto::encode(&Request::Remove {
+                keys: keys.iter().map(|k| k.to_string()).collect(),
+                force,
+            })
+        })
     }
 
     /// A mass removal in stretches: each call removes for at most the master's stretch time

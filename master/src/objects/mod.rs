@@ -492,11 +492,12 @@ impl Objects {
     }
 
     /// Per key: 1 when readable (granting a lease), 0 otherwise.
-    pub fn exist(&self, keys: &[String], cfg: &MasterConfig) -> Vec<i32> {
+    pub fn exist<K: AsRef<str>>(&self, keys: &[K], cfg: &MasterConfig) -> Vec<i32> {
         let now = self.now();
         let until = now.saturating_add(nanos(cfg.lease_ttl));
         keys.iter()
             .map(|key| {
+                let key = key.as_ref();
                 let (hash, si) = self.locate(key);
                 let mut sh = self.shard(si);
                 match sh.table.find(hash, key).and_then(|s| sh.table.get_mut(s)) {

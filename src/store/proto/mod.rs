@@ -18,6 +18,9 @@
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
+mod exist;
+pub use exist::{decode_exist, encode_exist};
+
 /// Frame magic.
 pub const MAGIC: [u8; 4] = *b"TWMS";
 /// Protocol version spoken by this build (1: JSON bodies; 2: postcard bodies). A peer of another
@@ -405,9 +408,11 @@ fn check_versions(items: &[KeyVersion]) -> Result<(), String> {
     items.iter().try_for_each(|i| check_key(&i.key))
 }
 
-fn check_keys(keys: &[String]) -> Result<(), String> {
+/// Checks a batch of keys against the bounds (what [`Request::validate`] checks of a request's
+/// keys): the count and each key's length.
+pub fn check_keys<K: AsRef<str>>(keys: &[K]) -> Result<(), String> {
     check_batch(keys.len())?;
-    keys.iter().try_for_each(|k| check_key(k))
+    keys.iter().try_for_each(|k| check_key(k.as_ref()))
 }
 
 impl Request {
