@@ -13,7 +13,7 @@ pub mod segments;
 pub mod server;
 
 use os_memory::give_memory_back;
-pub use os_memory::large_allocations_own_pages;
+pub use os_memory::tune_allocator;
 
 use metrics::Metrics;
 use objects::Objects;

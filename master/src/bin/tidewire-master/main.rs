@@ -106,7 +106,7 @@ fn run(f: flags::Flags) -> Result<(), String> {
 }
 
 fn main() {
-    tidewire_master::large_allocations_own_pages();
+    tidewire_master::tune_allocator();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match flags::parse(&args) {
         Ok(None) => print!("{}", flags::USAGE),
