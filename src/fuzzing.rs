@@ -178,7 +178,10 @@ pub fn master_request(data: &[u8]) {
     }
     // The body alone, as the decoder sees it once a frame was read; the master's borrowing
     // decoder of `Exist` agrees with it on every body.
-    match (crate::store::proto::decode_exist(data), decode::<Request>(data)) {
+    match (
+        crate::store::proto::decode_exist(data),
+        decode::<Request>(data),
+    ) {
         (Some(Ok(keys)), Ok(Request::Exist { keys: owned })) => assert_eq!(keys, owned),
         (Some(Ok(_)), other) => panic!("a borrowed Exist where the owned decoder gave {other:?}"),
         (Some(Err(_)), Ok(Request::Exist { .. })) => panic!("an Exist refused only when borrowed"),
