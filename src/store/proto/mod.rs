@@ -18,7 +18,10 @@
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
+mod checks;
 mod exist;
+pub use checks::check_keys;
+use checks::{check_batch, check_key, check_name, check_versions};
 pub use exist::{decode_exist, encode_exist};
 
 /// Frame magic.
@@ -374,45 +377,6 @@ pub fn key_chunks<'a, T>(
         rest = tail;
         Some(run)
     })
-}
-
-fn check_key(k: &str) -> Result<(), String> {
-    if k.is_empty() {
-        return Err("empty key".into());
-    }
-    if k.len() > MAX_KEY_LEN {
-        return Err(format!("key of {} bytes exceeds {MAX_KEY_LEN}", k.len()));
-    }
-    Ok(())
-}
-
-fn check_batch(n: usize) -> Result<(), String> {
-    if n > MAX_BATCH {
-        return Err(format!("batch of {n} keys exceeds {MAX_BATCH}"));
-    }
-    Ok(())
-}
-
-fn check_name(n: &str) -> Result<(), String> {
-    if n.is_empty() || n.len() > MAX_NAME_LEN {
-        return Err(format!(
-            "segment name of {} bytes is out of 1..={MAX_NAME_LEN}",
-            n.len()
-        ));
-    }
-    Ok(())
-}
-
-fn check_versions(items: &[KeyVersion]) -> Result<(), String> {
-    check_batch(items.len())?;
-    items.iter().try_for_each(|i| check_key(&i.key))
-}
-
-/// Checks a batch of keys against the bounds (what [`Request::validate`] checks of a request's
-/// keys): the count and each key's length.
-pub fn check_keys<K: AsRef<str>>(keys: &[K]) -> Result<(), String> {
-    check_batch(keys.len())?;
-    keys.iter().try_for_each(|k| check_key(k.as_ref()))
 }
 
 impl Request {
