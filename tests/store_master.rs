@@ -665,3 +665,44 @@ fn a_write_in_flight_across_a_failover_cannot_land_in_another_object() {
         "version ids never repeat"
     );
 }
+
+/// `Master::exist` (the master server's path for `Exist`, its keys borrowed from the frame)
+/// answers as `handle` does for `Request::Exist`: per key 1 or 0 and a lease, the same bounds
+/// refused with `INVALID_PARAMS`, and a standby's refusal.
+#[test]
+fn borrowed_exist_answers_as_the_request() {
+    let m = master(MasterConfig::default());
+    put(&m, "here", 100, false);
+    let keys = ["here", "absent"];
+    let owned = m.handle(Request::Exist {
+        keys: keys.iter().map(|k| k.to_string()).collect(),
+    });
+    assert_eq!(owned, Some(Reply::Codes { codes: vec![1, 0] }));
+    assert_eq!(Some(m.exist(&keys)), owned);
+    assert_eq!(
+        remove(&m, "here", false),
+        code::OBJECT_HAS_LEASE,
+        "the borrowed query granted a lease too"
+    );
+    for bad in [vec![""], vec!["k"; 4097]] {
+        assert!(
+            matches!(
+                m.exist(&bad),
+                Reply::Error {
+                    code: code::INVALID_PARAMS,
+                    ..
+                }
+            ),
+            "{} keys",
+            bad.len()
+        );
+    }
+    m.set_standby(Some("standby".into()));
+    assert!(matches!(
+        m.exist(&keys),
+        Reply::Error {
+            code: code::RPC_FAIL,
+            ..
+        }
+    ));
+}

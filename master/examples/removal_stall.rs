@@ -20,6 +20,8 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(4_000_000);
+    // The allocator as the master binary sets it.
+    tidewire_master::tune_allocator();
     let m = Arc::new(Master::new(MasterConfig::default()));
     m.handle(Request::Mount {
         client_id: 1,

@@ -63,6 +63,12 @@ fn end(m: &Master, keys: &[String], versions: &[u64]) {
     });
 }
 
+/// Writes `keys` (both phases).
+fn put(m: &Master, keys: &[String], soft_pin: bool) {
+    let v = start(m, keys, soft_pin);
+    end(m, keys, &v);
+}
+
 fn keys(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}{i:060}")).collect()
 }
@@ -99,9 +105,7 @@ fn plain_objects_leave_no_shard_to_walk() {
     assert_eq!(watched(&m), 0);
 
     // A soft pin is watched until it expires.
-    let pinned = keys("q", 1);
-    let v = start(&m, &pinned, true);
-    end(&m, &pinned, &v);
+    put(&m, &keys("q", 1), true);
     settle(&m);
     assert_eq!(watched(&m), 0, "the soft pin expired");
     assert_eq!(m.object_count(), 4097, "the object stays");
@@ -111,8 +115,7 @@ fn plain_objects_leave_no_shard_to_walk() {
 fn a_read_hold_is_watched_until_it_ends() {
     let m = master();
     let k = keys("h", 1);
-    let v = start(&m, &k, false);
-    end(&m, &k, &v);
+    put(&m, &k, false);
     settle(&m);
     assert_eq!(watched(&m), 0);
     let r = m.handle(Request::Get {
@@ -131,9 +134,7 @@ fn a_read_hold_is_watched_until_it_ends() {
 #[test]
 fn a_sweep_walks_a_bounded_share_and_the_next_goes_on() {
     let m = master();
-    let plain = keys("b", 4096);
-    let v = start(&m, &plain, false);
-    end(&m, &plain, &v);
+    put(&m, &keys("b", 4096), false);
     std::thread::sleep(SHORT * 2);
     let due = watched(&m);
     assert!(due > 500, "{due}");
