@@ -71,7 +71,7 @@ c-tests: build
 	for t in $$bins $(BUILD_C)/test_native_api_static $(BUILD_C)/header_cxx; do \
 	  echo "== $$t"; TIDEWIRE_LIB=$$PWD/$(LIB) timeout 120 $$t || { echo "FAILED: $$t"; fail=1; }; \
 	done; \
-	for t in $(BUILD_C)/test_native_api $(BUILD_C)/test_native_scatter; do \
+	for t in $(BUILD_C)/test_native_api $(BUILD_C)/test_native_scatter $(BUILD_C)/test_nixl_pattern; do \
 	  echo "== $$t (TCP only: TW_SAME_HOST=0)"; TW_SAME_HOST=0 TIDEWIRE_LIB=$$PWD/$(LIB) timeout 120 $$t || { echo "FAILED: $$t (TCP only)"; fail=1; }; \
 	done; \
 	exit $$fail
@@ -237,6 +237,6 @@ valgrind: c-tests
 	    valgrind -q --error-exitcode=99 --leak-check=no --suppressions=scripts/valgrind.supp $$t; \
 	done
 
-## loom models of the lane channel and the completion latch.
+## loom models of the lane channel, the completion latch and a batch's completion.
 loom:
 	RUSTFLAGS="--cfg loom" $(CARGO) test --release --target-dir target/loom --lib loom_

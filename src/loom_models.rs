@@ -1,7 +1,8 @@
 //! loom models (`make loom`, i.e. `RUSTFLAGS="--cfg loom" cargo test --lib loom_`): every
-//! interleaving of the lane channel and of the completion latch, within loom's bounds.
+//! interleaving of the lane channel, the completion latch and a batch's completion (status,
+//! notification, free), within loom's bounds.
 
-use crate::completion::Latch;
+use crate::completion::{Batch, Latch, PendingNotify, SliceDone, TaskState};
 use crate::transport::chan::{RecvError, bounded};
 use loom::sync::Arc;
 use loom::thread;
@@ -79,5 +80,55 @@ fn loom_latch_no_lost_wakeup() {
         let lasts = [a.join().unwrap(), b.join().unwrap()];
         assert_eq!(lasts.iter().filter(|&&x| x).count(), 1);
         assert!(l.is_idle());
+    });
+}
+
+/// A batch of two one-slice tasks carrying a notification: task 0 already done, task 1 finished
+/// by a transport thread while the caller follows NIXL's plugin (poll the task until it is
+/// terminal, act on the notification where the status query would, then free) and a second
+/// thread makes one status query of its own. In every interleaving, a caller that has seen every
+/// task COMPLETED may free the batch (never "busy" because the latch lags the task counts), and
+/// the notification is taken exactly once over both threads (never lost, never twice).
+#[test]
+fn loom_batch_notify_once_and_free_after_completed() {
+    loom::model(|| {
+        let b = std::sync::Arc::new(Batch::new(2));
+        {
+            let _g = b.submit_lock.lock().unwrap();
+            b.prepare_task(0, 1);
+            b.prepare_task(1, 1);
+            b.add_slices(2);
+            b.publish(2);
+        }
+        b.set_notify(PendingNotify {
+            segment: 1,
+            name: "n".into(),
+            msg: "m".into(),
+        });
+        SliceDone::new(b.clone(), 0).finish(Ok(8));
+        let slice = SliceDone::new(b.clone(), 1);
+        let finisher = thread::spawn(move || slice.finish(Ok(8)));
+        let b2 = b.clone();
+        let other = thread::spawn(move || {
+            let done = b2.status(1).state == TaskState::Completed;
+            usize::from(done && b2.take_due_notify().is_some())
+        });
+        let mut mine = 0;
+        while b.status(1).state != TaskState::Completed {
+            thread::yield_now();
+        }
+        mine += usize::from(b.take_due_notify().is_some());
+        // Every task read COMPLETED: the batch is done and may be freed, and the free finds
+        // the notification already taken.
+        assert!(b.tasks_done());
+        assert!(b.may_free());
+        mine += usize::from(b.take_due_notify().is_some());
+        assert_eq!(
+            mine + other.join().unwrap(),
+            1,
+            "notification taken exactly once"
+        );
+        finisher.join().unwrap();
+        assert!(b.is_idle());
     });
 }

@@ -1,6 +1,6 @@
-//! The synchronisation primitives of the lane channel and the completion latch: std's, or loom's
-//! models when built with `--cfg loom` (`make loom`), so loom can explore every interleaving of
-//! those two pieces. And the one way this crate takes a lock: [`LockClean`], [`RwLockClean`]
+//! The synchronisation primitives of the lane channel, the completion latch and the batch: std's,
+//! or loom's models when built with `--cfg loom` (`make loom`), so loom can explore every
+//! interleaving of those pieces. And the one way this crate takes a lock: [`LockClean`], [`RwLockClean`]
 //! and, for condvar waits and the rest, [`Recover`].
 //!
 //! # Why a poisoned lock is taken anyway
@@ -26,9 +26,13 @@ use std::sync::{LockResult, PoisonError, RwLockReadGuard, RwLockWriteGuard, TryL
 /// Atomics, as above.
 pub(crate) mod atomic {
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
 }
 
 /// The value of a lock operation's result, poisoned or not (see the module documentation):

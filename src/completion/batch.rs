@@ -1,11 +1,20 @@
 //! Batches: preallocated task slots updated with atomics by transport threads, and a
 //! [`Latch`] that wakes waiters when the last slice of the batch completes.
+//!
+//! # One truth for "done"
+//!
+//! A task is done when its own slice count reaches zero; that is what a status query reports.
+//! The batch is done when every submitted task is ([`Batch::tasks_done`]), read from the same
+//! per-task counts, and that is what sending the batch's notification and freeing the batch act
+//! on. The latch, counted down a moment after a task's count, only wakes waiters: nothing that a
+//! status query has already reported COMPLETED can be refused or skipped because the latch lags.
 
 use super::latch::Latch;
 use crate::error::{Error, ErrorKind};
 use crate::sync::LockClean;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// State of one task, numbered as Mooncake's `STATUS_*`.
@@ -57,6 +66,9 @@ pub struct Batch {
     tasks: Box<[TaskSlot]>,
     /// Number of submitted tasks; writers hold `submit_lock`.
     count: AtomicUsize,
+    /// Every task below this index is known done (tasks never become undone), so
+    /// [`Batch::tasks_done`] scans each task once over the life of the batch.
+    done_below: AtomicUsize,
     pub(crate) submit_lock: Mutex<()>,
     latch: Latch,
     notify: Mutex<Option<PendingNotify>>,
@@ -79,6 +91,7 @@ impl Batch {
         Batch {
             tasks: (0..capacity).map(|_| TaskSlot::default()).collect(),
             count: AtomicUsize::new(0),
+            done_below: AtomicUsize::new(0),
             submit_lock: Mutex::new(()),
             latch: Latch::default(),
             notify: Mutex::new(None),
@@ -143,13 +156,17 @@ impl Batch {
         self.has_notify.load(Ordering::Acquire)
     }
 
-    /// Takes the waiting notification, if any (at most one caller gets it).
-    pub(crate) fn take_notify(&self) -> Option<PendingNotify> {
-        let n = self.notify.lock_clean().take();
-        if n.is_some() {
-            self.has_notify.store(false, Ordering::Release);
+    /// The notification to act on now: `Some` once every task is done ([`Batch::tasks_done`])
+    /// and the batch still carries one, to exactly one caller over the life of the batch, with
+    /// the first failed task (a failed batch's notification is dropped, not sent).
+    pub(crate) fn take_due_notify(&self) -> Option<(PendingNotify, Option<(usize, ErrorKind)>)> {
+        // `has_notify` first: one atomic load for the batches (most) that carry none.
+        if !self.has_notify() || !self.tasks_done() {
+            return None;
         }
-        n
+        let n = self.notify.lock_clean().take()?;
+        self.has_notify.store(false, Ordering::Release);
+        Some((n, self.first_failure()))
     }
 
     /// Makes tasks below `count` visible to status readers.
@@ -217,9 +234,37 @@ impl Batch {
         }
     }
 
-    /// True when every submitted slice has finished.
+    /// True when every submitted slice has finished and its completion has been counted by the
+    /// latch (what waiters wait for; see [`Batch::tasks_done`] for what a status query sees).
     pub fn is_idle(&self) -> bool {
         self.latch.is_idle()
+    }
+
+    /// True when every submitted task is done, read from the same per-task counts that
+    /// [`Batch::status`] reports: once a status query has seen each task COMPLETED or FAILED,
+    /// this is true too (the latch may lag it by a few instructions). Tasks prepared by a submit
+    /// still in progress are not counted; see [`Batch::may_free`].
+    pub fn tasks_done(&self) -> bool {
+        let len = self.len();
+        // Acquire pairs with the AcqRel below: a task skipped by the cursor was seen done by the
+        // thread that moved it, and its bytes/error happen before this read.
+        let mut i = self.done_below.load(Ordering::Acquire);
+        while i < len {
+            // Acquire pairs with the Release in `slice_finished`.
+            if self.tasks[i].pending.load(Ordering::Acquire) != 0 {
+                self.done_below.fetch_max(i, Ordering::AcqRel);
+                return false;
+            }
+            i += 1;
+        }
+        self.done_below.fetch_max(len, Ordering::AcqRel);
+        true
+    }
+
+    /// Whether the batch may be freed now: every submitted task is done and no submit is in
+    /// progress on it. A completion still finishing its bookkeeping holds its own reference.
+    pub fn may_free(&self) -> bool {
+        self.submit_lock.try_lock_clean().is_some() && self.tasks_done()
     }
 
     /// Blocks until every submitted slice finished or `deadline` passes.

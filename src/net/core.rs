@@ -27,6 +27,7 @@ fn core() -> std::io::Result<Arc<Core>> {
     if let Some(c) = slot.upgrade() {
         return Ok(c);
     }
+    super::descriptors::raise_limit();
     let epoll = Epoll::new()?;
     let wake = Arc::new(Wake::new()?);
     epoll.add(wake.fd(), LEVEL_IN, WAKE)?;

@@ -17,8 +17,12 @@
 //!   ([`Worker::more_soon`]: the next one within [`LINGER`], and no other connection waiting for
 //!   a worker), in blocking I/O with the session's own deadlines, exactly as a thread per
 //!   connection would. Then it hands the connection back ([`Next::Park`]).
-//! - **The rules written once.** Accept with back-off on `EMFILE`/`ENFILE`; the connection cap
-//!   (evict the quietest idle connection, or refuse with the service's own reply); the deadlines
+//! - **The rules written once.** The descriptors: the soft open-file limit raised to the hard one
+//!   when the first server starts, and a process-wide budget of server connections (the limit
+//!   less a reserve, see `descriptors`): over it, or when `accept` finds no descriptor left
+//!   (`EMFILE`/`ENFILE`), the quietest idle connection of a listener that evicts is closed to
+//!   take the new one, and only when there is none does accept back off. The connection cap of
+//!   each listener (evict the quietest idle connection, or refuse with the service's own reply); the deadlines
 //!   of a parked connection, checked on every reactor turn: `first_request` from accept to its
 //!   first whole head, `head_timeout` from a head's first byte to its last, `idle_timeout`
 //!   between requests.
@@ -30,6 +34,7 @@
 //! so the descriptor a server shuts down to wake a busy worker is never a reused one.
 
 mod core;
+mod descriptors;
 mod pool;
 mod reactor;
 mod sys;

@@ -109,6 +109,10 @@ pub(super) struct Reactor {
     /// The earliest deadline of a parked connection, when known.
     next_deadline: Option<Instant>,
     last_sweep: Instant,
+    /// Connections open over every listener, and how many may be before the quietest idle one
+    /// is evicted to take a new one (see `descriptors`).
+    open_total: usize,
+    budget: usize,
 }
 
 impl Reactor {
@@ -132,6 +136,8 @@ impl Reactor {
             buf: vec![0u8; 64 << 10],
             next_deadline: None,
             last_sweep: Instant::now(),
+            open_total: 0,
+            budget: super::descriptors::connection_budget(),
         }
     }
 
@@ -269,6 +275,11 @@ impl Reactor {
                         e.raw_os_error(),
                         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
                     );
+                    // Out of descriptors: an idle connection gives its own back for this one.
+                    if starved && self.evict_quietest(None) {
+                        continue;
+                    }
+                    let l = self.listeners[id as usize].as_mut().expect("present");
                     if starved {
                         // Stop watching the socket for a moment: it stays readable while the
                         // descriptors are gone, and accepting again at once would spin.
@@ -293,6 +304,11 @@ impl Reactor {
             if l.open >= l.limits.max_connections && !self.make_room(id, &stream) {
                 continue;
             }
+            if self.open_total >= self.budget {
+                // Keep the process's reserve of descriptors; with nothing idle to close, the
+                // new connection is taken anyway (it already holds its descriptor).
+                self.evict_quietest(None);
+            }
             self.admit(id, stream);
         }
     }
@@ -304,21 +320,8 @@ impl Reactor {
         let warn = l
             .last_warn
             .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
-        if l.limits.at_cap == AtCap::EvictQuietest {
-            let now = Instant::now();
-            let quietest = self
-                .slots
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| s.conn.as_ref().map(|c| (i, c)))
-                .filter(|(_, c)| c.listener == id && matches!(c.state, State::Parked { .. }))
-                .filter(|(_, c)| now.duration_since(c.last_active) >= EVICT_QUIET)
-                .min_by_key(|(_, c)| c.last_active)
-                .map(|(i, _)| i as u32);
-            if let Some(i) = quietest {
-                self.close(i);
-                return true;
-            }
+        if l.limits.at_cap == AtCap::EvictQuietest && self.evict_quietest(Some(id)) {
+            return true;
         }
         let l = self.listeners[id as usize].as_mut().expect("present");
         if warn {
@@ -333,6 +336,34 @@ impl Reactor {
         }
         l.service.refuse(stream.as_raw_fd());
         false
+    }
+
+    /// Closes the connection parked longest without a request (at least [`EVICT_QUIET`]) of
+    /// listener `only`, or of any listener whose rule at the cap is to evict. True when one was
+    /// closed.
+    fn evict_quietest(&mut self, only: Option<u32>) -> bool {
+        let now = Instant::now();
+        let listeners = &self.listeners;
+        let evicts = |l: u32| {
+            only.map_or_else(
+                || {
+                    listeners[l as usize]
+                        .as_ref()
+                        .is_some_and(|s| s.limits.at_cap == AtCap::EvictQuietest)
+                },
+                |o| o == l,
+            )
+        };
+        let quietest = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.conn.as_ref().map(|c| (i, c)))
+            .filter(|(_, c)| matches!(c.state, State::Parked { .. }) && evicts(c.listener))
+            .filter(|(_, c)| now.duration_since(c.last_active) >= EVICT_QUIET)
+            .min_by_key(|(_, c)| c.last_active)
+            .map(|(i, _)| i as u32);
+        quietest.inspect(|&i| self.close(i)).is_some()
     }
 
     fn admit(&mut self, id: u32, stream: TcpStream) {
@@ -364,6 +395,7 @@ impl Reactor {
             return;
         }
         l.open += 1;
+        self.open_total += 1;
         slot.conn = Some(Conn {
             listener: id,
             fd,
@@ -506,6 +538,7 @@ impl Reactor {
     fn close(&mut self, index: u32) {
         let slot = &mut self.slots[index as usize];
         let Some(c) = slot.conn.take() else { return };
+        self.open_total -= 1;
         if let Some(l) = self.listeners[c.listener as usize].as_mut() {
             l.open -= 1;
         }
