@@ -118,7 +118,7 @@ py-types:
 
 py-tests: build
 	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
-	TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python $(PY) -m pytest -q python/tests --ignore=python/tests/serving
+	TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python $(PY) -m pytest -q python/tests --ignore=python/tests/serving --ignore=python/tests/pd
 
 ## The Store's stress and fault suite, long variant (python/tests/store_stress.py): 2 GiB through a
 ## 256 MiB segment, 20k cycles, a 1 GiB value, 512 threads in 8 processes; `make test` runs the

@@ -84,6 +84,23 @@ def test_every_method(cluster):
         assert buf.get(4096, 4) == b"1234" and buf.get(4096 + 100, 3) == b"678"
         assert buf.get(4096 + 200, 2) == b"67"
         assert s.get_into_ranges([out], [["z"]], [[[0]]], [[[8]]], [[[5]]]) == [[[-600]]]
+        # Lists of different lengths: Mooncake 0.3.13's nested answer, recorded case by case
+        # (-600 in each place; a key has as many places as destination offsets).
+        mismatched = [
+            (([out], [["z"]], [[[0, 100]]], [[[0]]], [[[5, 5]]]), [[[-600, -600]]]),
+            (([out], [["z", "z1"]], [[[0, 100], [200]]], [[[0], [0]]], [[[5, 5], [3]]]),
+             [[[-600, -600], [3]]]),
+            (([out], [["z", "nope"]], [[[0], [200, 300]]], [[[0], [0]]], [[[5], [3]]]),
+             [[[5], [-600, -600]]]),
+            (([out], [["z"]], [[[0, 100, 200]]], [[[0, 1]]], [[[5]]]), [[[-600, -600, -600]]]),
+            (([out], [["z", "z1"]], [[[0, 100]]], [[[0, 0]]], [[[5, 5]]]),
+             [[[-600, -600], [-600]]]),
+            (([out, out], [["z", "z1"], ["z"]], [[[0], [200]]], [[[0], [0]]], [[[5], [3]]]),
+             [[[-600], [-600]], [[-600]]]),
+            (([out, out], [["z"]], [[[0]]], [[[0]]], [[[5]]]), [[[-600]], [[-600]]]),
+        ]
+        for args, want in mismatched:
+            assert s.get_into_ranges(*args) == want, args
         assert s.unregister_buffer(buf.addr) == 0
         # Unregistered (but mapped) memory still works, as on Mooncake's TCP path.
         assert s.put_from("unreg", buf.addr, 10) == 0
@@ -273,7 +290,8 @@ def test_bad_inputs(cluster):
     assert s.batch_get_into(["k"], [1 << 20], [-5]) == [-600]
     assert s.register_buffer(0, 10) == -600
     assert s.unregister_buffer(12345) < 0
-    assert s.get_into_ranges([0], [["k"]], [[[0, 1]]], [[[0]]], [[[1]]]) == -600
+    assert s.get_into_ranges([0], [["k"]], [[[0, 1]]], [[[0]]], [[[1]]]) == [[[-600, -600]]]
+    assert s.get_into_ranges([0], [["k"]], [[[0]]], [[[0]]], [[[1]]]) == [[[-600]]], "NULL buffer"
     # A full segment: -200 per key, the store keeps working. Hard-pinned, so not evictable.
     pin = ReplicateConfig()
     pin.with_hard_pin = True

@@ -127,24 +127,42 @@ class PieceCalls:
                         all_sizes: Sequence[Pieces]) -> Union[int, List[List[List[int]]]]:
         """Ranged reads, buffer-major: for buffer ``b`` and its ``k``-th key, fragment ``f``
         copies ``[src_offsets[b][k][f], +sizes[b][k][f])`` of the object to
-        ``buffer_ptrs[b] + dst_offsets[b][k][f]``. Returns ``[b][k][f]`` bytes read or a code."""
+        ``buffer_ptrs[b] + dst_offsets[b][k][f]``. Returns ``[b][k][f]`` bytes read or a code.
+
+        Lists whose lengths disagree get Mooncake's answer, -600 in each place of the nested
+        result rather than one bare code: every key of every buffer when the outer lists differ
+        in length, every key of a buffer whose key and offset lists differ, and one key whose
+        own three lists differ (the other keys are read). A key has as many places as it has
+        destination offsets (one when it has none)."""
         groups = [_key_list(ks) for ks in _key_list_of_lists(all_keys)]
         flat_keys: List[bytes] = []
         dsts: List[int] = []
         srcs: List[int] = []
         lens: List[int] = []
+        # Per buffer, per key: the number of fragments read, or -(places) for a refused key.
         shape: List[List[int]] = []
+        n = len(buffer_ptrs)
+        lists_agree = len(groups) == len(all_dst_offsets) == len(all_src_offsets) \
+            == len(all_sizes) == n
         try:
             for b, base in enumerate(buffer_ptrs):
+                keys = groups[b] if b < len(groups) else [b""]
+                dst_b = all_dst_offsets[b] if b < len(all_dst_offsets) else []
+                src_b = all_src_offsets[b] if b < len(all_src_offsets) else []
+                len_b = all_sizes[b] if b < len(all_sizes) else []
+                buffer_agrees = lists_agree and len(keys) == len(dst_b) == len(src_b) \
+                    == len(len_b)
                 kshape = []
-                for k, key in enumerate(groups[b]):
-                    d, s, z = all_dst_offsets[b][k], all_src_offsets[b][k], all_sizes[b][k]
-                    if not (len(d) == len(s) == len(z)):
-                        raise ValueError
+                for k, key in enumerate(keys):
+                    d = dst_b[k] if k < len(dst_b) else [0]
+                    if not (buffer_agrees and len(d) == len(src_b[k]) == len(len_b[k])):
+                        kshape.append(-max(len(d), 1))
+                        continue
+                    s_, z = src_b[k], len_b[k]
                     for i in range(len(d)):
                         flat_keys.append(key)
                         dsts.append(int(base) + int(d[i]))
-                        srcs.append(int(s[i]))
+                        srcs.append(int(s_[i]))
                         lens.append(int(z[i]))
                     kshape.append(len(d))
                 shape.append(kshape)
@@ -154,16 +172,21 @@ class PieceCalls:
             return INTERNAL_ERROR
         if not _ptrs_ok(dsts) or not _sizes_ok(srcs) or not _sizes_ok(lens):
             return INVALID_PARAMS
-        rc, res = _core.get_ranges(self._h, flat_keys, dsts, srcs, lens)
-        if rc != 0:
-            return rc
+        res: List[int] = []
+        if flat_keys:
+            rc, res = _core.get_ranges(self._h, flat_keys, dsts, srcs, lens)
+            if rc != 0:
+                return rc
         out: List[List[List[int]]] = []
         i = 0
         for kshape in shape:
             per_buf: List[List[int]] = []
             for m in kshape:
-                per_buf.append([res[j] for j in range(i, i + m)])
-                i += m
+                if m < 0:
+                    per_buf.append([INVALID_PARAMS] * -m)
+                else:
+                    per_buf.append(res[i:i + m])
+                    i += m
             out.append(per_buf)
         return out
 
