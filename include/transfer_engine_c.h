@@ -22,7 +22,7 @@
  *  - NULL handles, strings and pointers return an error instead of crashing.
  *  - Batch ids are validated entries of an engine-owned table: a bogus, stale or
  *    double-freed id returns an error instead of undefined behaviour.
- *  - freeBatchID refuses (4) only while work is really in flight; it does not
+ *  - freeBatchID refuses (4) only while a task is really in flight; it does not
  *    require every task to have been polled first.
  *  - An unsupported metadata scheme (redis://, https://) or an unreachable etcd makes
  *    createTransferEngine return NULL with a logged reason instead of aborting the
@@ -273,7 +273,8 @@ int submitTransfer(transfer_engine_t engine, batch_id_t batch_id,
 
 /*
  * submitTransfer (count must be >= 1, else 1), then sends notify_msg to the
- * segment of entries[0] once a status query observes the whole batch COMPLETED.
+ * segment of entries[0] exactly once, when every task is done: by the
+ * getTransferStatus or freeBatchID call that first finds them all COMPLETED.
  * A failed batch never sends it. NULL name/msg → 1. The strings are copied.
  */
 int submitTransferWithNotify(transfer_engine_t engine, batch_id_t batch_id,
@@ -302,14 +303,17 @@ int genNotifyInEngine(transfer_engine_t engine, uint64_t target_id,
  * Writes the status of task `task_id` (0-based, submission order) to *status and
  * returns 0; returns 1 (and writes nothing) for a bad batch id, a task_id not yet
  * submitted or a NULL status. Cheap and lock-free: an id-table lookup and atomic
- * loads.
+ * loads; a STATUS_WAITING answer yields the CPU once (sched_yield), so a caller
+ * polling in a tight loop leaves the threads that finish the task room to run.
  */
 int getTransferStatus(transfer_engine_t engine, batch_id_t batch_id,
                       size_t task_id, struct transfer_status *status);
 
 /*
- * Frees a batch: 0; 4 while any of its work is in flight (call again later);
- * 1 for an unknown, stale or already-freed id. Polling first is not required.
+ * Frees a batch: 0; 4 while one of its tasks is still in flight (call again
+ * later), never after getTransferStatus has read every task COMPLETED or FAILED;
+ * 1 for an unknown, stale or already-freed id. Polling first is not required; a
+ * notification not sent yet is sent here.
  */
 int freeBatchID(transfer_engine_t engine, batch_id_t batch_id);
 

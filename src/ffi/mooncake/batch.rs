@@ -79,8 +79,8 @@ pub extern "C" fn submitTransfer(
 }
 
 /// Like `submitTransfer` (`count` must be at least 1), then sends `notify_msg` to the segment of
-/// `entries[0]` once a status query observes the whole batch completed; a failed batch never
-/// sends it. Both strings must be non-NULL and are copied. Returns a `Status` code. Thread-safe.
+/// `entries[0]` exactly once, when every task is done: by the status query, wait or
+/// `freeBatchID` that first finds them all COMPLETED; a failed batch never sends it. Both strings must be non-NULL and are copied. Returns a `Status` code. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn submitTransferWithNotify(
     engine: *mut c_void,
@@ -107,8 +107,9 @@ pub extern "C" fn submitTransferWithNotify(
 
 /// Writes task `task_id`'s status (`STATUS_WAITING`, `STATUS_COMPLETED` or `STATUS_FAILED`, plus
 /// bytes moved) to `*status` and returns 0. Returns 1, writing nothing, for a bad batch id, a task
-/// not yet submitted or a NULL `status`. Lock-free: an id-table lookup and atomic loads.
-/// Thread-safe.
+/// not yet submitted or a NULL `status`. Lock-free: an id-table lookup and atomic loads; a
+/// `STATUS_WAITING` answer yields the CPU once, so tight polling loops leave the threads that
+/// finish the task room to run. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn getTransferStatus(
     engine: *mut c_void,
@@ -141,8 +142,10 @@ pub extern "C" fn getTransferStatus(
     })
 }
 
-/// Frees a batch. Returns a `Status` code: 0; 4 while any of its work is in flight (the batch
-/// stays valid: call again later); 1 for an unknown, stale or already freed id. Thread-safe.
+/// Frees a batch. Returns a `Status` code: 0; 4 while one of its tasks is still in flight (the
+/// batch stays valid: call again later), never once a status query has seen every task
+/// COMPLETED or FAILED; 1 for an unknown, stale or already freed id. A notification not sent yet
+/// is sent here. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn freeBatchID(engine: *mut c_void, batch_id: u64) -> c_int {
     ffi_boundary!(K_CONTEXT, {

@@ -98,8 +98,9 @@ pub extern "C" fn tw_batch_wait(
     })
 }
 
-/// Frees a batch. `TW_ERR_BUSY` while any of its work is in flight (the batch stays valid);
-/// `TW_ERR_INVALID_ID` for an unknown or already freed id.
+/// Frees a batch. `TW_ERR_BUSY` while one of its tasks is still in flight (the batch stays
+/// valid), never once a status query has seen every task done; `TW_ERR_INVALID_ID` for an
+/// unknown or already freed id. A notification not sent yet is sent here. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_batch_free(engine: *const tw_engine, batch: u64) -> tw_result {
     ffi_boundary!(TW_ERR_PANIC, {
@@ -109,8 +110,9 @@ pub extern "C" fn tw_batch_free(engine: *const tw_engine, batch: u64) -> tw_resu
 }
 
 /// Like `tw_batch_submit`, and sends the notification (`name`, `msg`) to the first request's
-/// segment once a status query or wait observes the whole batch completed (Mooncake's
-/// `submitTransferWithNotify`). A batch that fails never sends it.
+/// segment exactly once, when every task is done: by the status query, wait or free that first
+/// finds them all completed (Mooncake's `submitTransferWithNotify`). A batch that fails never
+/// sends it.
 #[unsafe(no_mangle)]
 pub extern "C" fn tw_batch_submit_with_notify(
     engine: *const tw_engine,
