@@ -700,6 +700,23 @@ tw_result tw_notify_take(const struct tw_engine *engine,
 void tw_notifications_free(struct tw_notification *list, size_t count);
 
 /*
+ Static name of a result code (`"TW_OK"`, `"TW_ERR_TIMEOUT"`, ...), or of a Store code
+ (`"TW_STORE_OBJECT_NOT_FOUND"`: one code space; `TW_STORE_INTERNAL_ERROR` and
+ `TW_STORE_BUFFER_OVERFLOW` are named as the `TW_ERR_*` codes they equal); `"TW_ERR_UNKNOWN"`
+ for numbers this version does not define. Never NULL; the string lives forever.
+ */
+const char *tw_result_str(tw_result code);
+
+/*
+ Mooncake's `error.h` number for a result code (`0` for `TW_OK`): the code Mooncake's C API
+ and Python package report for the same failure, from the one table both tidewire's Mooncake
+ C API and its Python package use (`TW_ERR_TIMEOUT` and `TW_ERR_SOCKET` are -102,
+ `TW_ERR_REJECTED` -3, ...). `-1` (`ERR_INVALID_ARGUMENT`) for numbers this version does not
+ define; `-202` (`ERR_CONTEXT`) for `TW_ERR_PANIC`. Thread-safe, no side effects.
+ */
+int32_t tw_result_mooncake_code(tw_result code);
+
+/*
  Submits a scatter operation over `count` ranges and writes its id to `*op_out`. Per-fragment
  problems (out of bounds, overflow, unregistered local memory, unknown segment) fail only
  those fragments. `callback` (may be NULL) is called exactly once per fragment, from the thread
@@ -814,23 +831,6 @@ tw_result tw_stream_op_wait(const struct tw_engine *engine,
  stays valid); `TW_ERR_INVALID_ID` for an unknown or freed id.
  */
 tw_result tw_stream_op_free(const struct tw_engine *engine, uint64_t op);
-
-/*
- Static name of a result code (`"TW_OK"`, `"TW_ERR_TIMEOUT"`, ...), or of a Store code
- (`"TW_STORE_OBJECT_NOT_FOUND"`: one code space; `TW_STORE_INTERNAL_ERROR` and
- `TW_STORE_BUFFER_OVERFLOW` are named as the `TW_ERR_*` codes they equal); `"TW_ERR_UNKNOWN"`
- for numbers this version does not define. Never NULL; the string lives forever.
- */
-const char *tw_result_str(tw_result code);
-
-/*
- Mooncake's `error.h` number for a result code (`0` for `TW_OK`): the code Mooncake's C API
- and Python package report for the same failure, from the one table both tidewire's Mooncake
- C API and its Python package use (`TW_ERR_TIMEOUT` and `TW_ERR_SOCKET` are -102,
- `TW_ERR_REJECTED` -3, ...). `-1` (`ERR_INVALID_ARGUMENT`) for numbers this version does not
- define; `-202` (`ERR_CONTEXT`) for `TW_ERR_PANIC`. Thread-safe, no side effects.
- */
-int32_t tw_result_mooncake_code(tw_result code);
 
 /*
  Copies the calling thread's last error message (NUL-terminated, truncated to fit) into

@@ -1,5 +1,6 @@
-//! Engine lifecycle: binding the listeners, starting the RPC and data servers, publishing the
-//! segment at start-up, and tearing it all down on drop.
+//! Engine lifecycle: binding the listeners, starting the RPC server and the transports (the TCP
+//! backend starts its data server on the data listener), publishing the segment at start-up,
+//! and tearing it all down on drop.
 
 use super::ids::IdTable;
 use super::publish::MetadataKeys;
@@ -7,15 +8,10 @@ use super::rpc::handle_rpc;
 use super::{Config, Engine, Inner};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::log::Level;
-use crate::memory::Registry;
 use crate::metadata::rpc::MsgType;
 use crate::metadata::server::RpcServer;
 use crate::metadata::service::MetadataStore;
 use crate::sync::{LockClean, RwLockClean};
-use crate::transport::Route;
-use crate::transport::local::MemCopy;
-use crate::transport::samehost::SameHostBackend;
-use crate::transport::tcp::server::TcpServer;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -80,8 +76,6 @@ impl Engine {
         } else {
             cfg.local_server_name.clone()
         };
-        let samehost = SameHostBackend::new(cfg.same_host, cfg.auth_key.clone());
-        let registry = Arc::new(Registry::with_token(samehost.token()));
         let notifies =
             super::notify_queue::NotifyQueue::new(cfg.notify_max_count, cfg.notify_max_bytes);
         let rpc_host = if cfg.bind_address.is_empty()
@@ -92,15 +86,15 @@ impl Engine {
         } else {
             cfg.bind_address.clone()
         };
-        let backends = super::backends::list(&cfg, &name, (rpc_host.clone(), data_port), samehost);
+        let transports = super::backends::list(&cfg, &name, &rpc_host, data_listener)?;
         let inner = Arc::new(Inner {
             rpc_host,
             cfg,
             name,
             rpc_port,
             data_port,
-            own_route: Route::Memory(Arc::new(MemCopy::own(registry.clone()))),
-            registry: registry.clone(),
+            own_route: transports.own_route,
+            registry: transports.registry,
             keys,
             segments: RwLock::default(),
             open_lock: Mutex::new(()),
@@ -109,8 +103,8 @@ impl Engine {
             notifies,
             live: RwLock::new(true),
             store,
-            servers: Mutex::new(None),
-            backends,
+            rpc_server: Mutex::new(None),
+            backends: transports.backends,
         });
         let weak = Arc::downgrade(&inner);
         let handler = Arc::new(move |ty: MsgType, body: &[u8]| handle_rpc(&weak, ty, body));
@@ -122,20 +116,7 @@ impl Engine {
         };
         let rpc = RpcServer::start(rpc_listener, handler, limits, inner.cfg.auth_key.clone())
             .map_err(|e| Error::new(ErrorKind::Internal, format!("starting rpc thread: {e}")))?;
-        let data_limits = crate::transport::tcp::server::DataLimits {
-            io_timeout: inner.cfg.io_timeout,
-            idle_timeout: inner.cfg.data_idle_timeout,
-            max_connections: inner.cfg.max_data_connections,
-            congestion: inner.cfg.tcp_congestion,
-        };
-        let tcp = TcpServer::start(
-            data_listener,
-            registry,
-            data_limits,
-            inner.cfg.auth_key.clone(),
-        )
-        .map_err(|e| Error::new(ErrorKind::Internal, format!("starting tcp server: {e}")))?;
-        *inner.servers.lock_clean() = Some((rpc, tcp));
+        *inner.rpc_server.lock_clean() = Some(rpc);
         let engine = Engine { inner };
         engine.inner.start_backends()?;
         if let Some(store) = &engine.inner.store {
@@ -160,7 +141,7 @@ impl Drop for Engine {
     fn drop(&mut self) {
         *self.inner.live.write_clean() = false;
         self.inner.shutdown_backends();
-        drop(self.inner.servers.lock_clean().take());
+        drop(self.inner.rpc_server.lock_clean().take());
         if let Some(store) = &self.inner.store {
             for key in [
                 self.inner.keys.ram(&self.inner.name),

@@ -32,7 +32,6 @@ use crate::completion::Batch;
 use crate::memory::Registry;
 use crate::metadata::server::RpcServer;
 use crate::metadata::service::MetadataStore;
-use crate::transport::tcp::server::TcpServer;
 use crate::transport::{Backend, Route};
 use ids::IdTable;
 use publish::MetadataKeys;
@@ -76,7 +75,7 @@ pub(crate) struct Inner {
     /// `false` once shutdown began; submitters hold the read side while dispatching.
     live: RwLock<bool>,
     store: Option<MetadataStore>,
-    servers: Mutex<Option<(RpcServer, TcpServer)>>,
+    rpc_server: Mutex<Option<RpcServer>>,
     /// The transports, in routing order (`backends/`).
     backends: Vec<Box<dyn Backend>>,
 }

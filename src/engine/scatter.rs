@@ -5,7 +5,7 @@
 
 use super::Engine;
 use super::segments::SegmentId;
-use super::transfer::Request;
+use super::submit::Request;
 use crate::completion::Batch;
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::Access;

@@ -3,7 +3,7 @@
 //! Failures go to the operation's status, never to the process: no exit, no abort.
 
 use super::ids::IdTable;
-use super::transfer::Request;
+use super::submit::Request;
 use super::{Engine, Inner, LOCAL_SEGMENT};
 use crate::completion::{Batch, TaskState};
 use crate::error::{Error, ErrorKind, Result, fail};

@@ -8,13 +8,29 @@
 //! submit, and a submit to one route hands over the slice vector it built without copying it.
 
 use super::Inner;
-use super::transfer::Request;
+use super::segments::SegmentId;
 use crate::completion::{Batch, SliceDone};
 use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::Access;
 use crate::sync::{LockClean, RwLockClean};
+use crate::transport::Opcode;
 use crate::transport::{Route, Slice, Transport};
 use std::sync::Arc;
+
+/// One transfer request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Direction.
+    pub op: Opcode,
+    /// Local address (must lie in registered memory).
+    pub local: u64,
+    /// Target segment (0 = this engine).
+    pub segment: SegmentId,
+    /// Absolute address in the target's memory.
+    pub remote: u64,
+    /// Bytes; 0 completes at once.
+    pub len: u64,
+}
 
 /// Something that reads as a [`Request`]: the engine's own type, or a caller's C struct read
 /// in place during a submit (each element is read exactly once).

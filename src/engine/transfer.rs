@@ -1,31 +1,14 @@
 //! Batches of READ/WRITE requests: allocate, submit (validated all-or-nothing), poll, wait, free.
 
 use super::Engine;
-use super::segments::SegmentId;
-pub use super::submit::AsRequest;
+pub use super::submit::{AsRequest, Request};
 use crate::completion::{Batch, PendingNotify, TaskState, TaskStatus};
 use crate::error::{Error, ErrorKind, Result, fail};
-use crate::transport::Opcode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Largest batch capacity accepted.
 pub const MAX_BATCH_CAPACITY: usize = 1 << 24;
-
-/// One transfer request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request {
-    /// Direction.
-    pub op: Opcode,
-    /// Local address (must lie in registered memory).
-    pub local: u64,
-    /// Target segment (0 = this engine).
-    pub segment: SegmentId,
-    /// Absolute address in the target's memory.
-    pub remote: u64,
-    /// Bytes; 0 completes at once.
-    pub len: u64,
-}
 
 impl Engine {
     /// Allocates a batch that can hold `capacity` requests over all its submits.

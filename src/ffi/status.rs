@@ -60,7 +60,7 @@ macro_rules! native_codes {
         }
 
         /// NUL-terminated name of an error code (`"TW_ERR_TIMEOUT\0"`), `None` when unknown.
-        fn error_code_name(code: tw_result) -> Option<&'static str> {
+        pub(crate) fn error_code_name(code: tw_result) -> Option<&'static str> {
             match code {
                 $(c if c == $code => Some(concat!(stringify!($code), "\0")),)*
                 _ => None,
@@ -99,39 +99,6 @@ pub(crate) fn record_panic(payload: &(dyn std::any::Any + Send)) {
     set_last_error(format!("internal panic: {what}"));
 }
 
-/// Static name of a result code (`"TW_OK"`, `"TW_ERR_TIMEOUT"`, ...), or of a Store code
-/// (`"TW_STORE_OBJECT_NOT_FOUND"`: one code space; `TW_STORE_INTERNAL_ERROR` and
-/// `TW_STORE_BUFFER_OVERFLOW` are named as the `TW_ERR_*` codes they equal); `"TW_ERR_UNKNOWN"`
-/// for numbers this version does not define. Never NULL; the string lives forever.
-#[unsafe(no_mangle)]
-pub extern "C" fn tw_result_str(code: tw_result) -> *const c_char {
-    let s: &'static str = match code {
-        TW_OK => "TW_OK\0",
-        TW_ERR_PANIC => "TW_ERR_PANIC\0",
-        c => error_code_name(c)
-            .or_else(|| super::store::codes::store_code_name(c))
-            .unwrap_or("TW_ERR_UNKNOWN\0"),
-    };
-    s.as_ptr().cast()
-}
-
-/// Mooncake's `error.h` number for a result code (`0` for `TW_OK`): the code Mooncake's C API
-/// and Python package report for the same failure, from the one table both tidewire's Mooncake
-/// C API and its Python package use (`TW_ERR_TIMEOUT` and `TW_ERR_SOCKET` are -102,
-/// `TW_ERR_REJECTED` -3, ...). `-1` (`ERR_INVALID_ARGUMENT`) for numbers this version does not
-/// define; `-202` (`ERR_CONTEXT`) for `TW_ERR_PANIC`. Thread-safe, no side effects.
-#[unsafe(no_mangle)]
-pub extern "C" fn tw_result_mooncake_code(code: tw_result) -> i32 {
-    match code {
-        TW_OK => 0,
-        TW_ERR_PANIC => crate::ffi::mooncake::codes::codes(ErrorKind::Internal).1,
-        c if c < 0 && c > -256 => ErrorKind::from_u8((-c) as u8)
-            .map(|k| crate::ffi::mooncake::codes::codes(k).1)
-            .unwrap_or(-1),
-        _ => -1,
-    }
-}
-
 /// Copies the calling thread's last error message (NUL-terminated, truncated to fit) into
 /// `buf[..len]` and returns the full message length plus one (the size needed). `buf` may be
 /// NULL when `len` is 0, to query the size. The message is set by the last failing `tw_*` call
@@ -150,27 +117,4 @@ pub extern "C" fn tw_last_error_message(buf: *mut c_char, len: usize) -> usize {
             msg.len() + 1
         })
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::ffi::CStr;
-
-    #[test]
-    fn every_kind_has_a_distinct_named_code() {
-        let mut seen = std::collections::HashSet::new();
-        for k in ErrorKind::ALL {
-            let c = code_of(k);
-            assert!(c < 0 && seen.insert(c));
-            // SAFETY: tw_result_str returns a static NUL-terminated string.
-            let name = unsafe { CStr::from_ptr(tw_result_str(c)) }
-                .to_str()
-                .unwrap();
-            assert!(
-                name.starts_with("TW_ERR_") && name != "TW_ERR_UNKNOWN",
-                "{k:?}"
-            );
-        }
-    }
 }

@@ -8,6 +8,7 @@
 //! channel) and `slots.rs` (a connection-count semaphore) serve the transports.
 
 mod backend;
+pub mod backends;
 pub mod chan;
 pub mod local;
 pub mod rdma;

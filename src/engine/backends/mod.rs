@@ -1,6 +1,7 @@
 //! The engine's transports: the one list of [`Backend`]s (order = preference when routing a
 //! segment), and walking it to start, publish, register, route and stop. Adding a transport is a
-//! folder under `transport/` and one line in [`list`] (see `src/README.md`).
+//! folder under `transport/`, its backend in `transport/backends/` and one line in [`list`]
+//! (see `src/README.md`); nothing else in the engine names a transport.
 
 use super::config::Config;
 use super::{Engine, Inner};
@@ -8,22 +9,48 @@ use crate::error::{Error, ErrorKind, Result, fail};
 use crate::memory::Registry;
 use crate::metadata::SegmentDesc;
 use crate::sync::LockClean;
-use crate::transport::rdma::{self, RdmaBackend};
-use crate::transport::samehost::SameHostBackend;
-use crate::transport::shared_buffers::SharedBuffersBackend;
-use crate::transport::tcp::TcpBackend;
+use crate::transport::backends::{
+    DataServerConfig, RdmaBackend, SameHostBackend, SharedBuffersBackend, TcpBackend,
+};
+use crate::transport::local::MemCopy;
+use crate::transport::rdma;
 use crate::transport::tcp::client::{self, ClientConfig, TcpClient};
+use crate::transport::tcp::server::DataLimits;
 use crate::transport::{Backend, PeerSegment, Route};
+use std::net::TcpListener;
+use std::sync::Arc;
 
-/// Every backend of an engine named `name` whose data server is at `data`. A segment is routed
-/// by the first backend that does not decline, then offered to every backend to layer over.
+/// An engine's transports, built from its configuration: the list of backends, the registry of
+/// its memory (stamped with the same-host identity) and the route to its own segment.
+pub(super) struct Transports {
+    pub backends: Vec<Box<dyn Backend>>,
+    pub registry: Arc<Registry>,
+    pub own_route: Route,
+}
+
+/// Every backend of an engine named `name`, whose data server serves on `data_listener`,
+/// advertised at `host`. A segment is routed by the first backend that does not decline, then
+/// offered to every backend to layer over. This is the one place that names the transports.
 pub(super) fn list(
     cfg: &Config,
     name: &str,
-    data: (String, u16),
-    samehost: SameHostBackend,
-) -> Vec<Box<dyn Backend>> {
-    vec![
+    host: &str,
+    data_listener: TcpListener,
+) -> Result<Transports> {
+    let samehost = SameHostBackend::new(cfg.same_host, cfg.auth_key.clone());
+    let registry = Arc::new(Registry::with_token(samehost.token()));
+    let data = DataServerConfig {
+        listener: data_listener,
+        host: host.to_string(),
+        limits: DataLimits {
+            io_timeout: cfg.io_timeout,
+            idle_timeout: cfg.data_idle_timeout,
+            max_connections: cfg.max_data_connections,
+            congestion: cfg.tcp_congestion,
+        },
+        auth_key: cfg.auth_key.clone(),
+    };
+    let backends: Vec<Box<dyn Backend>> = vec![
         Box::new(RdmaBackend::new(cfg.rdma, rdma_options(cfg), name)),
         Box::new(samehost),
         Box::new(TcpBackend::new(
@@ -31,12 +58,17 @@ pub(super) fn list(
             cfg.tcp_proto,
             cfg.same_host,
             data,
-        )),
+        )?),
         Box::new(SharedBuffersBackend::new(
             cfg.connect_timeout,
             cfg.auth_key.clone(),
         )),
-    ]
+    ];
+    Ok(Transports {
+        backends,
+        own_route: Route::Memory(Arc::new(MemCopy::own(registry.clone()))),
+        registry,
+    })
 }
 
 fn rdma_options(cfg: &Config) -> rdma::Options {

@@ -7,7 +7,8 @@
 //! any thread at the same time. Strings passed in are copied; none is retained after the call.
 //!
 //! One file per C object: `config.rs`, `engine.rs`, `memory.rs`, `segment.rs`, `batch.rs`,
-//! `scatter.rs`, `notify.rs`, `stream.rs`; the C structs in `types.rs`; argument helpers here.
+//! `scatter.rs`, `notify.rs`, `stream.rs`; result-code names in `results.rs`; the C structs in
+//! `types.rs`; argument helpers here.
 
 #![allow(
     clippy::not_unsafe_ptr_arg_deref,
@@ -74,6 +75,7 @@ mod config;
 mod engine;
 mod memory;
 mod notify;
+mod results;
 mod scatter;
 mod segment;
 mod stream;

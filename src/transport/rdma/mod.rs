@@ -4,7 +4,6 @@
 //! RPC socket with Mooncake's handshake messages; one-sided READ/WRITE; a completion thread per
 //! device; failed slices retried on another device pair.
 
-mod backend;
 pub mod device;
 pub mod endpoint;
 pub mod post;
@@ -26,7 +25,6 @@ use std::time::Duration;
 use sys::*;
 use verbs::Verbs;
 
-pub use backend::{RdmaBackend, RdmaMode};
 pub use post::RdmaPeer;
 
 /// Queue pairs toward one peer device, queueing this transport's work requests.
@@ -510,4 +508,15 @@ pub fn peer_usable(desc: &SegmentDesc) -> Result<(), String> {
         return Err("it publishes no RDMA devices".into());
     }
     Ok(())
+}
+
+/// Whether an engine uses RDMA (the `rdma` option).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdmaMode {
+    /// When a device is usable (the default).
+    Auto,
+    /// Never.
+    Off,
+    /// Always: creating the engine fails when RDMA is unavailable.
+    On,
 }

@@ -21,12 +21,10 @@
 //! `process_vm_writev` whenever it likes; where such processes exist, turn `same_host` off or
 //! run engines as different users.
 
-mod backend;
-
-pub use backend::{SameHostBackend, TW_PROTOCOL_VERSION, verified_pid};
-
 use crate::auth::AuthKey;
+use crate::log::Level;
 use crate::memory::Registry;
+use crate::metadata::SegmentDesc;
 use crate::sync::LockClean;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, Weak};
@@ -156,4 +154,44 @@ pub fn verify_peer(pid: u32, token: u64, token_addr: u64) -> std::io::Result<boo
     let mut got = 0u64;
     vm_copy(pid, true, &mut got as *mut u64 as u64, token_addr, 8)?;
     Ok(got == token)
+}
+
+/// Protocol revision that tidewire peers publish as `tw_version`. 2: the same-host path
+/// reports finished copies ("copy done" frames); peers publishing 1 get plain TCP.
+pub const TW_PROTOCOL_VERSION: u32 = 2;
+
+/// Pid of a verified tidewire peer on this host, or 0 (plain TCP), with one log line why.
+/// `enabled` is the `same_host` option.
+pub fn verified_pid(desc: &SegmentDesc, enabled: bool) -> u32 {
+    // Version 1 peers do not take "copy done" frames (their `unregister` would not wait for
+    // our copies): plain TCP.
+    if !enabled
+        || desc.tw_version < 2
+        || desc.tw_token == 0
+        || desc.tw_pid == 0
+        || desc.tw_host_id.is_empty()
+        || desc.tw_host_id != host_id()
+    {
+        return 0;
+    }
+    match verify_peer(desc.tw_pid, desc.tw_token, desc.tw_token_addr) {
+        Ok(true) => desc.tw_pid,
+        Ok(false) => {
+            tw_log!(
+                Level::Info,
+                "segment {}: pid {} is not the publishing engine (pid namespace?); using TCP",
+                desc.name,
+                desc.tw_pid
+            );
+            0
+        }
+        Err(e) => {
+            tw_log!(
+                Level::Info,
+                "segment {}: same-host copy refused by the kernel ({e}); using TCP",
+                desc.name
+            );
+            0
+        }
+    }
 }

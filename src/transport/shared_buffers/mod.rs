@@ -8,11 +8,7 @@
 //! (token and generation), its size, and seals that forbid shrinking it (so a copy can never
 //! fault on a truncated file).
 
-mod backend;
-
-pub use backend::SharedBuffersBackend;
-
-use super::{Route, Slice, Transport};
+use super::{Slice, Transport};
 use crate::memory::shared_buffers::{
     CONTROL_LEN, CONTROL_MAGIC, OPEN, Slot, buffer_name, control_name,
 };
@@ -20,6 +16,10 @@ use crate::metadata::descriptor::SharedBufDesc;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering::SeqCst;
+
+/// The route the slices outside the shared buffers take (the TCP route this one is layered
+/// over), behind one virtual call per submit: a shared route is a layer, not a variant of it.
+pub type Fallback = std::sync::Arc<dyn Transport + Send + Sync>;
 
 /// A mapping of a peer's file, unmapped on drop.
 struct Mapping {
@@ -47,7 +47,7 @@ struct Buffer {
 pub struct SharedRoute {
     control: Mapping,
     buffers: Vec<Buffer>,
-    fallback: Route,
+    fallback: Fallback,
 }
 
 fn take_fd(pidfd: &OwnedFd, fd: i32) -> io::Result<OwnedFd> {
@@ -113,7 +113,7 @@ impl SharedRoute {
         token: u64,
         control_fd: i32,
         list: &[SharedBufDesc],
-        fallback: Route,
+        fallback: Fallback,
     ) -> Option<SharedRoute> {
         if control_fd <= 0 || list.is_empty() {
             return None;
@@ -135,7 +135,7 @@ impl SharedRoute {
         token: u64,
         control_fd: i32,
         list: &[SharedBufDesc],
-        fallback: Route,
+        fallback: Fallback,
     ) -> io::Result<SharedRoute> {
         // SAFETY: plain syscall; the result is checked and owned below.
         let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };

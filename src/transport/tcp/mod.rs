@@ -1,7 +1,6 @@
 //! TCP transport, wire-compatible with Mooncake (v1 and v2 framing). See `README.md` here for
 //! the lane design.
 
-mod backend;
 pub mod client;
 pub mod net;
 pub mod peer_identity;
@@ -10,5 +9,3 @@ pub mod server;
 pub mod sockopt;
 mod stage;
 pub mod wire;
-
-pub use backend::TcpBackend;

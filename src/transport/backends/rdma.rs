@@ -2,25 +2,14 @@
 //! keeping memory registrations in step, publishing devices and keys, answering handshakes and
 //! choosing RDMA for a segment when both sides can.
 
-use super::{Options, Rdma, RdmaPeer, peer_usable};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
 use crate::memory::Registry;
 use crate::metadata::SegmentDesc;
 use crate::sync::LockClean;
+use crate::transport::rdma::{Options, Rdma, RdmaMode, RdmaPeer, peer_usable};
 use crate::transport::{Backend, PeerSegment, Route};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-
-/// Whether an engine uses RDMA (the `rdma` option).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RdmaMode {
-    /// When a device is usable (the default).
-    Auto,
-    /// Never.
-    Off,
-    /// Always: creating the engine fails when RDMA is unavailable.
-    On,
-}
 
 /// The RDMA transport of one engine, once installed, and why it is not when it is not.
 pub struct RdmaBackend {

@@ -5,16 +5,12 @@
 
 use crate::auth::AuthKey;
 use crate::error::Result;
-use crate::log::Level;
 use crate::memory::Registry;
 use crate::metadata::SegmentDesc;
 use crate::transport::local::MemCopy;
+use crate::transport::samehost::TW_PROTOCOL_VERSION;
 use crate::transport::{Backend, PeerSegment, Route};
 use std::sync::{Arc, OnceLock};
-
-/// Protocol revision that tidewire peers publish as `tw_version`. 2: the same-host path
-/// reports finished copies ("copy done" frames); peers publishing 1 get plain TCP.
-pub const TW_PROTOCOL_VERSION: u32 = 2;
 
 /// Same-host identity and in-process routes of one engine.
 pub struct SameHostBackend {
@@ -32,7 +28,7 @@ impl SameHostBackend {
         SameHostBackend {
             enabled,
             auth_key,
-            token: Box::new(super::new_token()),
+            token: Box::new(crate::transport::samehost::new_token()),
             registry: OnceLock::new(),
         }
     }
@@ -50,12 +46,16 @@ impl Backend for SameHostBackend {
 
     fn start(&self, registry: &Arc<Registry>) -> Result<()> {
         let _ = self.registry.set(registry.clone());
-        super::announce(*self.token, Arc::downgrade(registry), self.auth_key.clone());
+        crate::transport::samehost::announce(
+            *self.token,
+            Arc::downgrade(registry),
+            self.auth_key.clone(),
+        );
         Ok(())
     }
 
     fn publish(&self, _registry: &Registry, d: &mut SegmentDesc) {
-        d.tw_host_id = super::host_id().to_string();
+        d.tw_host_id = crate::transport::samehost::host_id().to_string();
         d.tw_pid = std::process::id();
         d.tw_token = *self.token;
         d.tw_token_addr = &*self.token as *const u64 as u64;
@@ -74,7 +74,7 @@ impl Backend for SameHostBackend {
             return Ok(None);
         }
         let (Some(owner), Some(mine)) = (
-            super::find_in_process(desc.tw_token, &self.auth_key),
+            crate::transport::samehost::find_in_process(desc.tw_token, &self.auth_key),
             self.registry.get(),
         ) else {
             return Ok(None);
@@ -86,42 +86,6 @@ impl Backend for SameHostBackend {
     }
 
     fn shutdown(&self) {
-        super::withdraw(*self.token);
-    }
-}
-
-/// Pid of a verified tidewire peer on this host, or 0 (plain TCP), with one log line why.
-/// `enabled` is the `same_host` option.
-pub fn verified_pid(desc: &SegmentDesc, enabled: bool) -> u32 {
-    // Version 1 peers do not take "copy done" frames (their `unregister` would not wait for
-    // our copies): plain TCP.
-    if !enabled
-        || desc.tw_version < 2
-        || desc.tw_token == 0
-        || desc.tw_pid == 0
-        || desc.tw_host_id.is_empty()
-        || desc.tw_host_id != super::host_id()
-    {
-        return 0;
-    }
-    match super::verify_peer(desc.tw_pid, desc.tw_token, desc.tw_token_addr) {
-        Ok(true) => desc.tw_pid,
-        Ok(false) => {
-            tw_log!(
-                Level::Info,
-                "segment {}: pid {} is not the publishing engine (pid namespace?); using TCP",
-                desc.name,
-                desc.tw_pid
-            );
-            0
-        }
-        Err(e) => {
-            tw_log!(
-                Level::Info,
-                "segment {}: same-host copy refused by the kernel ({e}); using TCP",
-                desc.name
-            );
-            0
-        }
+        crate::transport::samehost::withdraw(*self.token);
     }
 }

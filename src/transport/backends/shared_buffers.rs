@@ -4,13 +4,13 @@
 //! peer's pid serves the published data port (else an impostor could point us at another
 //! process's buffers).
 
-use super::SharedRoute;
 use crate::auth::{AuthKey, Purpose};
 use crate::error::Result;
 use crate::log::Level;
 use crate::memory::Registry;
 use crate::metadata::SegmentDesc;
 use crate::metadata::descriptor::SharedBufDesc;
+use crate::transport::shared_buffers::SharedRoute;
 use crate::transport::{Backend, PeerSegment, Route};
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +95,7 @@ impl Backend for SharedBuffersBackend {
             desc.tw_token,
             desc.tw_shm_ctl,
             &desc.tw_shm,
-            route.clone(),
+            tcp.clone(),
         ) {
             Some(s) => Route::Shared(Arc::new(s)),
             None => route,
