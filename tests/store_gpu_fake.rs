@@ -11,8 +11,8 @@ mod fake;
 
 use common::master::TestMaster;
 use std::sync::Once;
+use tidewire::store::caller_memory::Piece;
 use tidewire::store::code;
-use tidewire::store::multi::Piece;
 use tidewire::store::sessions::RangeFrag;
 
 fn setup() -> fake::Fake {
@@ -32,6 +32,8 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn device_buffers_put_and_get_through_remote_and_own_segments() {
+    // One at a time: the other test injects copy failures into the process-wide fake driver.
+    let _one_at_a_time = common::serial();
     let f = setup();
     let m = TestMaster::start();
     let owner = m.client(64 << 20); // the remote segment
@@ -108,6 +110,7 @@ fn device_buffers_put_and_get_through_remote_and_own_segments() {
 
 #[test]
 fn a_failing_device_copy_fails_the_key_not_the_process() {
+    let _one_at_a_time = common::serial();
     let f = setup();
     let m = TestMaster::start();
     let c = m.client(16 << 20);

@@ -6,7 +6,7 @@
 mod common;
 use common::master::TestMaster;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use tidewire::store::multi::Piece;
+use tidewire::store::caller_memory::Piece;
 use tidewire::store::{WriteConfig, code};
 
 type Master = TestMaster;

@@ -1,8 +1,8 @@
 //! Metadata-only calls: sizes, existence, removal.
 
-use super::client::StoreClient;
-use super::flows::key_ok;
+use super::keys::key_ok;
 use super::proto::{self, Reply, Request, code, key_chunks};
+use super::shared::StoreClient;
 
 impl StoreClient {
     /// Sizes (a lease-free peek is not available: this grants a lease like Mooncake's query).

@@ -3,7 +3,6 @@
 //! A batch that runs out of time keeps its id and temporary registrations until its work has
 //! ended (every task ends in bounded time); a later batch of the same client frees them.
 
-use super::client::Shared;
 use super::proto::code;
 use crate::engine::{Engine, Request as Xfer, TaskState};
 use crate::error::ErrorKind;
@@ -57,75 +56,79 @@ pub(crate) enum BatchEnd {
     TimedOut,
 }
 
-impl Shared {
-    /// Runs one batch of requests. Local ranges the engine does not know are registered for the
-    /// duration of the batch (local-only), as Mooncake tolerates unregistered buffers on TCP.
-    pub(crate) fn run_batch(&self, reqs: &[Xfer], bytes: u64) -> BatchEnd {
-        if reqs.is_empty() {
-            return BatchEnd::Done(Vec::new());
-        }
-        let e = &self.engine;
-        self.stale.sweep(e);
-        let Ok(id) = e.alloc_batch(reqs.len()) else {
-            return BatchEnd::Rejected(code::INTERNAL_ERROR);
-        };
-        let mut temp: Vec<u64> = Vec::new();
-        // The wait follows at once: large READs may run on this thread (no lane hand-off).
-        let mut res = e.submit_for_wait(id, reqs);
-        if matches!(&res, Err(err) if err.kind() == ErrorKind::AddressNotRegistered) {
-            let mut ranges = union_of(reqs.iter().map(|r| (r.local, r.len)).collect());
-            ranges.retain(|&(a, _)| e.memory_location(a).is_err());
-            if e.register_memory_batch_local(&ranges, "cpu:0").is_ok() {
-                temp.extend(ranges.iter().map(|r| r.0));
-            } else {
-                for (a, l) in ranges {
-                    if e.register_memory(a, l, "cpu:0", false).is_ok() {
-                        temp.push(a);
-                    }
-                }
-            }
-            res = e.submit_for_wait(id, reqs);
-        }
-        let end = match res {
-            Err(err) => BatchEnd::Rejected(match err.kind() {
-                ErrorKind::AddressNotRegistered | ErrorKind::InvalidArgument => {
-                    code::INVALID_PARAMS
-                }
-                _ => code::TRANSFER_FAIL,
-            }),
-            Ok(()) => {
-                let budget = self.transfer_timeout + Duration::from_millis(bytes / (64 << 10));
-                let _ = e.wait_batch(id, Some(budget));
-                let mut ok = Vec::with_capacity(reqs.len());
-                let mut pending = false;
-                for i in 0..reqs.len() {
-                    match e.task_status(id, i).map(|s| s.state) {
-                        Ok(TaskState::Completed) => ok.push(true),
-                        Ok(TaskState::Failed) | Err(_) => ok.push(false),
-                        Ok(_) => {
-                            pending = true;
-                            ok.push(false);
-                        }
-                    }
-                }
-                if pending {
-                    BatchEnd::TimedOut
-                } else {
-                    BatchEnd::Done(ok)
-                }
-            }
-        };
-        if matches!(end, BatchEnd::TimedOut) {
-            // The work may still read or write the registered memory: freed once it ends.
-            self.stale.push(id, temp);
-        } else {
-            let _ = e.free_batch(id);
-            if !temp.is_empty() {
-                let _ = e.unregister_memory_batch(&temp);
-            }
-        }
-        end
+/// Runs one batch of requests on `engine`, within `transfer_timeout` plus time for the bytes.
+/// Local ranges the engine does not know are registered for the duration of the batch
+/// (local-only), as Mooncake tolerates unregistered buffers on TCP. A batch that runs out of
+/// time goes to `stale`.
+pub(crate) fn run_batch(
+    engine: &Engine,
+    stale: &Stale,
+    transfer_timeout: Duration,
+    reqs: &[Xfer],
+    bytes: u64,
+) -> BatchEnd {
+    if reqs.is_empty() {
+        return BatchEnd::Done(Vec::new());
     }
+    let e = engine;
+    stale.sweep(e);
+    let Ok(id) = e.alloc_batch(reqs.len()) else {
+        return BatchEnd::Rejected(code::INTERNAL_ERROR);
+    };
+    let mut temp: Vec<u64> = Vec::new();
+    // The wait follows at once: large READs may run on this thread (no lane hand-off).
+    let mut res = e.submit_for_wait(id, reqs);
+    if matches!(&res, Err(err) if err.kind() == ErrorKind::AddressNotRegistered) {
+        let mut ranges = union_of(reqs.iter().map(|r| (r.local, r.len)).collect());
+        ranges.retain(|&(a, _)| e.memory_location(a).is_err());
+        if e.register_memory_batch_local(&ranges, "cpu:0").is_ok() {
+            temp.extend(ranges.iter().map(|r| r.0));
+        } else {
+            for (a, l) in ranges {
+                if e.register_memory(a, l, "cpu:0", false).is_ok() {
+                    temp.push(a);
+                }
+            }
+        }
+        res = e.submit_for_wait(id, reqs);
+    }
+    let end = match res {
+        Err(err) => BatchEnd::Rejected(match err.kind() {
+            ErrorKind::AddressNotRegistered | ErrorKind::InvalidArgument => code::INVALID_PARAMS,
+            _ => code::TRANSFER_FAIL,
+        }),
+        Ok(()) => {
+            let budget = transfer_timeout + Duration::from_millis(bytes / (64 << 10));
+            let _ = e.wait_batch(id, Some(budget));
+            let mut ok = Vec::with_capacity(reqs.len());
+            let mut pending = false;
+            for i in 0..reqs.len() {
+                match e.task_status(id, i).map(|s| s.state) {
+                    Ok(TaskState::Completed) => ok.push(true),
+                    Ok(TaskState::Failed) | Err(_) => ok.push(false),
+                    Ok(_) => {
+                        pending = true;
+                        ok.push(false);
+                    }
+                }
+            }
+            if pending {
+                BatchEnd::TimedOut
+            } else {
+                BatchEnd::Done(ok)
+            }
+        }
+    };
+    if matches!(end, BatchEnd::TimedOut) {
+        // The work may still read or write the registered memory: freed once it ends.
+        stale.push(id, temp);
+    } else {
+        let _ = e.free_batch(id);
+        if !temp.is_empty() {
+            let _ = e.unregister_memory_batch(&temp);
+        }
+    }
+    end
 }
 
 /// The union of `(addr, len)` ranges as disjoint ranges in address order (values may share or

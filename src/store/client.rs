@@ -5,12 +5,12 @@
 use super::StoreError;
 use super::conn::MasterConn;
 use super::mem::{LocalBuffer, Mapped};
-use super::proto::{Reply, Request, code};
+use super::proto::{Request, code};
+use super::shared::{Shared, StoreClient};
 use crate::engine::{Config, Engine};
 use crate::sync::{LockClean, Recover};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Setup parameters (Mooncake's `setup` arguments).
@@ -47,70 +47,6 @@ impl Default for StoreConfig {
             master_server_address: DEFAULT_MASTER_ADDRESS.into(),
         }
     }
-}
-
-/// State shared with the heartbeat thread. Field order matters: the engine stops (no more
-/// remote access) before the segment and buffer are unmapped.
-pub(crate) struct Shared {
-    pub(crate) engine: Engine,
-    pub(crate) conn: MasterConn,
-    pub(crate) client_id: u64,
-    pub(crate) segment: Option<Mapped>,
-    pub(crate) local: Option<Arc<LocalBuffer>>,
-    pub(crate) master_ok: AtomicBool,
-    pub(crate) transfer_timeout: Duration,
-    /// Successful heartbeats (they keep this client's read holds alive past their lease).
-    pub(crate) beats: super::holds::Heartbeats,
-    /// Open get sessions (see [`super::sessions`]).
-    pub(crate) sessions: super::sessions::Sessions,
-    /// Batches that ran out of time, freed once their work ends (see [`super::batch`]).
-    pub(crate) stale: super::batch::Stale,
-}
-
-impl Shared {
-    fn mount(&self) -> Result<(), StoreError> {
-        let Some(seg) = &self.segment else {
-            return Ok(());
-        };
-        match self.conn.call(&Request::Mount {
-            client_id: self.client_id,
-            name: self.engine.name().to_string(),
-            base: seg.addr(),
-            size: seg.len() as u64,
-        })? {
-            Reply::Ok => Ok(()),
-            other => Err(StoreError::new(
-                code::RPC_FAIL,
-                format!("unexpected mount reply {other:?}"),
-            )),
-        }
-    }
-
-    fn ping(&self) -> Result<(), StoreError> {
-        let sent = std::time::Instant::now();
-        match self.conn.call(&Request::Ping {
-            client_id: self.client_id,
-        })? {
-            Reply::Pong { remount } => {
-                self.beats.answered(sent);
-                if remount {
-                    self.mount()?;
-                }
-                Ok(())
-            }
-            other => Err(StoreError::new(
-                code::RPC_FAIL,
-                format!("unexpected ping reply {other:?}"),
-            )),
-        }
-    }
-}
-
-/// A store client. Every method is thread-safe; the data path takes no global lock.
-pub struct StoreClient {
-    pub(crate) shared: Arc<Shared>,
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    heartbeat: Option<JoinHandle<()>>,
 }
 
 fn random_id() -> u64 {

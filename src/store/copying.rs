@@ -1,11 +1,12 @@
 //! The copying API (Mooncake's `put`/`get`/`upsert` on bytes): values are staged in the local
 //! buffer (on the heap when it is full) and then move like the zero-copy calls.
 
-use super::client::StoreClient;
-use super::flows::{KeyBuf, key_ok};
+use super::caller_memory::Mem;
+use super::get::get_chunk;
+use super::keys::{KeyBuf, key_ok};
 use super::mem::Staged;
-use super::multi::Mem;
 use super::proto::{WriteConfig, code, key_chunks};
+use super::shared::StoreClient;
 
 /// Bytes fetched by the copying API: staged in the local buffer, or on the heap when it is full.
 #[derive(Debug)]
@@ -103,7 +104,7 @@ impl StoreClient {
                 bufs[i] = Some(f);
                 Ok(Mem::One(a))
             };
-            self.shared.get_chunk(&ks, &mut dst, false, &mut codes);
+            get_chunk(&self.shared, &ks, &mut dst, false, &mut codes);
             for (j, &i) in chunk.iter().enumerate() {
                 out[i] = match (codes[j], bufs[j].take()) {
                     (n, Some(f)) if n >= 0 => Ok(f),
@@ -134,7 +135,7 @@ impl StoreClient {
             let mut codes = vec![0i64; ks.len()];
             let mut at = |j: usize, size: u64| dst(chunk[j], size).map(Mem::One);
             // Fresh memory for the values: populated ahead of the copy, not a fault per page.
-            self.shared.get_chunk(&ks, &mut at, true, &mut codes);
+            get_chunk(&self.shared, &ks, &mut at, true, &mut codes);
             for (j, &i) in chunk.iter().enumerate() {
                 out[i] = codes[j];
             }

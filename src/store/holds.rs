@@ -1,4 +1,6 @@
-//! Whether this client's read holds at the master stayed alive through a read.
+//! What this client holds at the master while it reads: the read hold a Get grants
+//! ([`ReadHold`]), the open get sessions that keep holds across many reads ([`Sessions`]), and
+//! whether those holds stayed alive through a read.
 //!
 //! The master keeps a read's buffers from reuse for the lease after the Get, and beyond it (up to
 //! its `hold_ms`) while this client's heartbeats keep arriving, each within
@@ -7,8 +9,10 @@
 //! outlived its lease counts only when no gap between them could have let the master drop the
 //! hold while the bytes moved.
 
-use super::proto::HOLD_PING_GRACE_MS;
+use super::proto::{GetResult, HOLD_PING_GRACE_MS};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A gap this long between the send of one successful ping and the answer of the next counts as
@@ -61,6 +65,26 @@ impl Heartbeats {
             && now.saturating_sub(last) <= GAP_MS
     }
 }
+
+/// The read holds a Get granted: when it was sent, and the lease and hold bounds it returned.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadHold {
+    pub(crate) since: Instant,
+    pub(crate) lease_ms: u64,
+    pub(crate) hold_ms: u64,
+}
+
+/// One key's open session: the key, what the lookup found and the hold it granted. Shared by
+/// the map and the ranged reads running under it; whoever drops the last reference (see
+/// `Shared::release`) ends the hold.
+pub(crate) struct Session {
+    pub(crate) key: String,
+    pub(crate) hold: ReadHold,
+    pub(crate) found: GetResult,
+}
+
+/// Open sessions by key.
+pub(crate) type Sessions = Mutex<HashMap<String, Arc<Session>>>;
 
 #[cfg(test)]
 mod tests {

@@ -1,25 +1,39 @@
 //! The Store: a Mooncake-Store-compatible distributed KV store whose bytes move through the
-//! engine. `proto` is the master RPC protocol (the master itself, the metadata
-//! service behind `tidewire-master`, is its own crate in `master/`), `client` the library side (setup, mount, heartbeat), `flows` its
-//! put/get/remove paths, `multi` the values in several pieces and `sessions` the get sessions
-//! and replica descriptors.
+//! engine (the master, the metadata service behind `tidewire-master`, is its own crate in
+//! `master/`). Read top down, each file using only those below it:
+//!
+//! - the client: `client` (setup, mount, the heartbeat thread);
+//! - one file per verb: `put`, `get`, `multi` (values in several pieces), `sessions` (get
+//!   sessions, ranged reads, replica descriptors), `copying` (values copied in and out),
+//!   `admin` (sizes, existence, removal);
+//! - `reads`: reading found objects from their replicas, for `get` and `sessions`;
+//! - `shared`: the state every verb works on, and the [`StoreClient`] handle;
+//! - what every verb uses: `keys`, `caller_memory` (a value's bytes in the caller's memory),
+//!   `holds` (read holds, heartbeats, open sessions), `batch` (one engine batch, without the
+//!   client state), `mem` and `alloc` (local buffers), `conn` (the master connection) and
+//!   `proto` (the master protocol).
 
 pub mod admin;
 pub mod alloc;
 mod batch;
+pub mod caller_memory;
 pub mod client;
 pub mod conn;
 pub mod copying;
-pub mod flows;
+pub mod get;
 mod holds;
+pub mod keys;
 pub mod mem;
 pub mod multi;
 pub mod proto;
+pub mod put;
 mod reads;
 pub mod sessions;
+mod shared;
 
-pub use client::{StoreClient, StoreConfig};
+pub use client::StoreConfig;
 pub use proto::{WriteConfig, code};
+pub use shared::StoreClient;
 
 /// A store failure: one of Mooncake's codes ([`proto::code`]) and a detail.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,10 +4,10 @@
 //! owner's next heartbeat).
 
 use super::batch::BatchEnd;
-use super::client::Shared;
+use super::caller_memory::Mem;
 use super::mem::{Copy, copy_placed, populate_behind, prefault_write};
-use super::multi::Mem;
-use super::proto::{GetResult, ReplicaDesc, Request, code};
+use super::proto::{GetResult, ReplicaDesc, code};
+use super::shared::Shared;
 use crate::engine::Request as Xfer;
 use crate::transport::Opcode;
 
@@ -20,156 +20,141 @@ pub(crate) struct Read<'a> {
     pub(crate) found: &'a GetResult,
 }
 
-impl Shared {
-    /// Runs `reads`; per read, `Ok` or the code it failed with (`TRANSFER_FAIL` once every
-    /// replica failed, `INTERNAL_ERROR` when the object lists none of its size). `fresh`: the
-    /// destinations were just allocated (their pages are populated alongside the transfer).
-    ///
-    /// # Safety
-    /// Each read's `dst` covers `len` bytes of writable caller memory, unshared during the call
-    /// (pieces do not overlap); each `[off, off+len)` lies within its object (`found.size`),
-    /// whose read hold the caller has.
-    pub(crate) unsafe fn read_replicas(
-        &self,
-        reads: &[Read<'_>],
-        fresh: bool,
-    ) -> Vec<Result<(), i32>> {
-        let mut out: Vec<Result<(), i32>> = vec![Ok(()); reads.len()];
-        let mut copies: Vec<Copy> = Vec::new();
-        let mut copy_owner: Vec<usize> = Vec::new();
-        // Per read still to go over the engine: its remote replicas, and which one is next. A
-        // read in pieces is one request per piece, all to the same replica.
-        let mut remote: Vec<(usize, Vec<&ReplicaDesc>, usize)> = Vec::new();
-        for (i, r) in reads.iter().enumerate() {
-            let fits = |d: &&ReplicaDesc| d.len == r.found.size;
-            if let Some(own) = r
-                .found
-                .replicas
+/// Runs `reads`; per read, `Ok` or the code it failed with (`TRANSFER_FAIL` once every
+/// replica failed, `INTERNAL_ERROR` when the object lists none of its size). `fresh`: the
+/// destinations were just allocated (their pages are populated alongside the transfer).
+///
+/// # Safety
+/// Each read's `dst` covers `len` bytes of writable caller memory, unshared during the call
+/// (pieces do not overlap); each `[off, off+len)` lies within its object (`found.size`),
+/// whose read hold the caller has.
+pub(crate) unsafe fn read_replicas(
+    sh: &Shared,
+    reads: &[Read<'_>],
+    fresh: bool,
+) -> Vec<Result<(), i32>> {
+    let mut out: Vec<Result<(), i32>> = vec![Ok(()); reads.len()];
+    let mut copies: Vec<Copy> = Vec::new();
+    let mut copy_owner: Vec<usize> = Vec::new();
+    // Per read still to go over the engine: its remote replicas, and which one is next. A
+    // read in pieces is one request per piece, all to the same replica.
+    let mut remote: Vec<(usize, Vec<&ReplicaDesc>, usize)> = Vec::new();
+    for (i, r) in reads.iter().enumerate() {
+        let fits = |d: &&ReplicaDesc| d.len == r.found.size;
+        if let Some(own) = r
+            .found
+            .replicas
+            .iter()
+            .filter(fits)
+            .find(|d| sh.own_segment(d))
+        {
+            for (a, at, n) in r.dst.spans(r.len) {
+                copies.push(Copy {
+                    src: own.addr + r.off + at,
+                    dst: a,
+                    len: n,
+                });
+                copy_owner.push(i);
+            }
+            continue;
+        }
+        let others: Vec<&ReplicaDesc> = r.found.replicas.iter().filter(fits).collect();
+        if others.is_empty() {
+            out[i] = Err(code::INTERNAL_ERROR);
+        } else {
+            remote.push((i, others, 0));
+        }
+    }
+    if fresh {
+        copies.iter().for_each(|c| prefault_write(c.dst, c.len));
+    }
+    // SAFETY: sources lie in our own live segment inside complete versions the caller holds
+    // (offsets within the object); destinations are caller memory per this fn's contract
+    // (GPU destinations are registered, so their device is known).
+    let copied = unsafe { copy_placed(&copies, |a| sh.engine.memory_device(a)) };
+    for (done, &i) in copied.into_iter().zip(&copy_owner) {
+        if !done {
+            out[i] = Err(code::TRANSFER_FAIL);
+        }
+    }
+
+    let mut open = sh.resolver();
+    let mut failed_segments: Vec<String> = Vec::new();
+    let mut first_round = true;
+    while !remote.is_empty() {
+        let mut reqs: Vec<Xfer> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        let mut sent = vec![false; remote.len()];
+        let mut bytes = 0;
+        for (k, (i, reps, next)) in remote.iter_mut().enumerate() {
+            let r = &reads[*i];
+            while let Some(d) = reps.get(*next) {
+                match open(&d.endpoint) {
+                    Some(seg) => {
+                        for (a, at, n) in r.dst.spans(r.len) {
+                            reqs.push(Xfer {
+                                op: Opcode::Read,
+                                local: a,
+                                segment: seg,
+                                remote: d.addr + r.off + at,
+                                len: n,
+                            });
+                            owner.push(k);
+                        }
+                        sent[k] = true;
+                        bytes += r.len;
+                        break;
+                    }
+                    None => {
+                        failed_segments.push(d.endpoint.clone());
+                        *next += 1;
+                    }
+                }
+            }
+        }
+        let fresh_dst: Vec<(u64, u64)> = match fresh && first_round {
+            true => reqs.iter().map(|r| (r.local, r.len)).collect(),
+            false => Vec::new(),
+        };
+        first_round = false;
+        let mut retry = vec![false; remote.len()];
+        match populate_behind(&fresh_dst, || sh.run_batch(&reqs, bytes)) {
+            BatchEnd::Done(ok) => {
+                // A read fails once however many of its pieces failed: the next replica.
+                for (j, done) in ok.into_iter().enumerate() {
+                    if !done {
+                        retry[owner[j]] = true;
+                    }
+                }
+                for (k, (_, reps, next)) in remote.iter_mut().enumerate() {
+                    if retry[k] {
+                        failed_segments.push(reps[*next].endpoint.clone());
+                        *next += 1;
+                    }
+                }
+            }
+            // Refused before anything moved (our memory, not the replica): no retry.
+            BatchEnd::Rejected(c) => owner.iter().for_each(|&k| out[remote[k].0] = Err(c)),
+            // Out of time: no retry either.
+            BatchEnd::TimedOut => owner
                 .iter()
-                .filter(fits)
-                .find(|d| self.own_segment(d))
-            {
-                for (a, at, n) in r.dst.spans(r.len) {
-                    copies.push(Copy {
-                        src: own.addr + r.off + at,
-                        dst: a,
-                        len: n,
-                    });
-                    copy_owner.push(i);
-                }
-                continue;
-            }
-            let others: Vec<&ReplicaDesc> = r.found.replicas.iter().filter(fits).collect();
-            if others.is_empty() {
-                out[i] = Err(code::INTERNAL_ERROR);
-            } else {
-                remote.push((i, others, 0));
-            }
+                .for_each(|&k| out[remote[k].0] = Err(code::TRANSFER_FAIL)),
         }
-        if fresh {
-            copies.iter().for_each(|c| prefault_write(c.dst, c.len));
-        }
-        // SAFETY: sources lie in our own live segment inside complete versions the caller holds
-        // (offsets within the object); destinations are caller memory per this fn's contract
-        // (GPU destinations are registered, so their device is known).
-        let copied = unsafe { copy_placed(&copies, |a| self.engine.memory_device(a)) };
-        for (done, &i) in copied.into_iter().zip(&copy_owner) {
-            if !done {
-                out[i] = Err(code::TRANSFER_FAIL);
-            }
-        }
-
-        let mut open = self.resolver();
-        let mut failed_segments: Vec<String> = Vec::new();
-        let mut first_round = true;
-        while !remote.is_empty() {
-            let mut reqs: Vec<Xfer> = Vec::new();
-            let mut owner: Vec<usize> = Vec::new();
-            let mut sent = vec![false; remote.len()];
-            let mut bytes = 0;
-            for (k, (i, reps, next)) in remote.iter_mut().enumerate() {
-                let r = &reads[*i];
-                while let Some(d) = reps.get(*next) {
-                    match open(&d.endpoint) {
-                        Some(seg) => {
-                            for (a, at, n) in r.dst.spans(r.len) {
-                                reqs.push(Xfer {
-                                    op: Opcode::Read,
-                                    local: a,
-                                    segment: seg,
-                                    remote: d.addr + r.off + at,
-                                    len: n,
-                                });
-                                owner.push(k);
-                            }
-                            sent[k] = true;
-                            bytes += r.len;
-                            break;
-                        }
-                        None => {
-                            failed_segments.push(d.endpoint.clone());
-                            *next += 1;
-                        }
-                    }
+        let mut still = Vec::new();
+        for (k, item) in remote.into_iter().enumerate() {
+            let exhausted = item.2 >= item.1.len();
+            if !sent[k] && exhausted {
+                // No replica could even be opened.
+                out[item.0] = Err(code::TRANSFER_FAIL);
+            } else if retry[k] {
+                match exhausted {
+                    true => out[item.0] = Err(code::TRANSFER_FAIL),
+                    false => still.push(item),
                 }
             }
-            let fresh_dst: Vec<(u64, u64)> = match fresh && first_round {
-                true => reqs.iter().map(|r| (r.local, r.len)).collect(),
-                false => Vec::new(),
-            };
-            first_round = false;
-            let mut retry = vec![false; remote.len()];
-            match populate_behind(&fresh_dst, || self.run_batch(&reqs, bytes)) {
-                BatchEnd::Done(ok) => {
-                    // A read fails once however many of its pieces failed: the next replica.
-                    for (j, done) in ok.into_iter().enumerate() {
-                        if !done {
-                            retry[owner[j]] = true;
-                        }
-                    }
-                    for (k, (_, reps, next)) in remote.iter_mut().enumerate() {
-                        if retry[k] {
-                            failed_segments.push(reps[*next].endpoint.clone());
-                            *next += 1;
-                        }
-                    }
-                }
-                // Refused before anything moved (our memory, not the replica): no retry.
-                BatchEnd::Rejected(c) => owner.iter().for_each(|&k| out[remote[k].0] = Err(c)),
-                // Out of time: no retry either.
-                BatchEnd::TimedOut => owner
-                    .iter()
-                    .for_each(|&k| out[remote[k].0] = Err(code::TRANSFER_FAIL)),
-            }
-            let mut still = Vec::new();
-            for (k, item) in remote.into_iter().enumerate() {
-                let exhausted = item.2 >= item.1.len();
-                if !sent[k] && exhausted {
-                    // No replica could even be opened.
-                    out[item.0] = Err(code::TRANSFER_FAIL);
-                } else if retry[k] {
-                    match exhausted {
-                        true => out[item.0] = Err(code::TRANSFER_FAIL),
-                        false => still.push(item),
-                    }
-                }
-            }
-            remote = still;
         }
-        self.report_failed(failed_segments);
-        out
+        remote = still;
     }
-
-    /// Tells the master (one-way) that transfers with these segments just failed.
-    pub(crate) fn report_failed(&self, mut segments: Vec<String>) {
-        if segments.is_empty() {
-            return;
-        }
-        segments.sort_unstable();
-        segments.dedup();
-        self.conn.notify(&Request::ReportFailed {
-            client_id: self.client_id,
-            segments,
-        });
-    }
+    sh.report_failed(failed_segments);
+    out
 }

@@ -9,33 +9,20 @@
 //!
 //! Also here: the replica descriptors (`get_replica_desc`), a lookup whose hold ends at once.
 
-use super::client::{Shared, StoreClient};
-use super::flows::{ReadHold, key_ok};
-use super::multi::Mem;
-use super::proto::{GetResult, ReplicaDesc, code, key_chunks};
-use super::reads::Read;
-use crate::sync::LockClean;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use super::caller_memory::Mem;
+use super::holds::Session;
+use super::keys::key_ok;
+use super::proto::{ReplicaDesc, code, key_chunks};
+use super::reads::{Read, read_replicas};
+use super::shared::StoreClient;
+use std::sync::Arc;
 
 /// Keys one client may hold in open sessions at once; a start past it gets
 /// `NO_AVAILABLE_HANDLE` for the keys that do not fit.
 pub const MAX_SESSION_KEYS: usize = 1 << 20;
 
-/// One key's open session: the key, what the lookup found and the hold it granted. Shared by
-/// the map and the ranged reads running under it; whoever drops the last reference (see
-/// [`Shared::release`]) ends the hold.
-pub(crate) struct Session {
-    key: String,
-    hold: ReadHold,
-    found: GetResult,
-}
-
 /// A ranged read fragment: `(destination address, length, offset in the object)`.
 pub type RangeFrag = (u64, u64, u64);
-
-/// Open sessions by key.
-pub(crate) type Sessions = Mutex<HashMap<String, Arc<Session>>>;
 
 /// The `(index, key)` of each usable key.
 fn valid_keys<'a>(keys: &[&'a str]) -> Vec<(usize, &'a str)> {
@@ -44,22 +31,6 @@ fn valid_keys<'a>(keys: &[&'a str]) -> Vec<(usize, &'a str)> {
         .enumerate()
         .filter(|(_, k)| key_ok(k))
         .collect()
-}
-
-impl Shared {
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
-        self.sessions.lock_clean()
-    }
-
-    /// Drops references to sessions; those that were the last end their holds (one ReadDone).
-    fn release(&self, refs: Vec<Arc<Session>>) {
-        let last: Vec<Session> = refs.into_iter().filter_map(Arc::into_inner).collect();
-        for chunk in key_chunks(&last, |s| s.key.as_str()) {
-            let found: Vec<GetResult> = chunk.iter().map(|s| s.found.clone()).collect();
-            let keys: Vec<&str> = chunk.iter().map(|s| s.key.as_str()).collect();
-            self.read_done(&found, &keys);
-        }
-    }
 }
 
 impl StoreClient {
@@ -150,7 +121,7 @@ impl StoreClient {
             let frags = items[*i].1;
             let ok = frags.iter().all(|&(dst, len, off)| {
                 off.checked_add(len).is_some_and(|e| e <= s.found.size)
-                    && (len == 0 || dst != 0 && Mem::One(dst).usable(sh, len))
+                    && (len == 0 || dst != 0 && Mem::One(dst).usable(|a, n| sh.usable(a, n), len))
             });
             if !ok {
                 continue;
@@ -168,7 +139,7 @@ impl StoreClient {
         }
         // SAFETY: destinations per this function's contract; each range lies inside its object
         // (checked above), whose hold the session keeps until `running` is released.
-        let done = unsafe { sh.read_replicas(&reads, false) };
+        let done = unsafe { read_replicas(sh, &reads, false) };
         drop(reads);
         for (r, i) in done.into_iter().zip(owner) {
             if let Err(c) = r {

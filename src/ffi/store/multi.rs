@@ -6,7 +6,7 @@ use super::args::{arr, arr_mut, bad, store_keys, write_config};
 use super::codes::{TW_STORE_INTERNAL_ERROR, TW_STORE_OK, write_results};
 use super::{tw_store, tw_store_replicate_config};
 use crate::ffi::ffi_boundary;
-use crate::store::multi::{KeyPieces, Piece};
+use crate::store::caller_memory::{KeyPieces, Piece};
 use std::ffi::{c_char, c_void};
 
 /// Checks that the per-key piece counts add up to the length of the flat arrays (before they
