@@ -92,12 +92,19 @@ def _library():
 
 
 def _package_files():
-    """(archive name, path) of every module of the package, and its ``py.typed`` marker."""
+    """(archive name, path) of every module of the package and of its subpackages (``core``,
+    ``mooncake_engine``, ``mooncake_store``), and its ``py.typed`` marker. The ``shim`` folder
+    (a ``mooncake`` package for ``PYTHONPATH``) is not part of the installed package."""
     pkg = os.path.join(PYDIR, NAME)
     out = []
-    for name in sorted(os.listdir(pkg)):
-        if name.endswith(".py") or name == "py.typed":  # py.typed: the package is typed (PEP 561)
-            out.append((f"{NAME}/{name}", os.path.join(pkg, name)))
+    for root, dirs, files in os.walk(pkg):
+        dirs[:] = sorted(d for d in dirs if d not in ("shim", "__pycache__"))
+        rel = os.path.relpath(root, pkg).replace(os.sep, "/")
+        prefix = NAME if rel == "." else f"{NAME}/{rel}"
+        for name in sorted(files):
+            # py.typed: the package is typed (PEP 561)
+            if name.endswith(".py") or (name == "py.typed" and rel == "."):
+                out.append((f"{prefix}/{name}", os.path.join(root, name)))
     return out
 
 

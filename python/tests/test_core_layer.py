@@ -1,6 +1,7 @@
 """The pieces of the pythonic API that tidewire.engine.TransferEngine is built on
 (RequestArray, Batch.poll/discard, Engine.reap, register_many, ...), and the layering itself:
-only tidewire._ffi, the core modules and tidewire._store_core call the library."""
+only tidewire._ffi, the modules of tidewire.core and tidewire.mooncake_store.native call the
+library."""
 
 import ast
 import os
@@ -127,21 +128,21 @@ def test_gpu_and_stream_without_a_driver_are_unsupported(linked):
 
 
 #: The modules that call the library's functions (``tidewire._ffi`` declares them).
-CALLERS = {"_ffi.py", "_core_types.py", "_core_buffers.py", "_core_objects.py",
-           "_core_scatter.py", "_core_engine.py", "_guard.py", "_store_core.py"}
+CALLERS = {"_ffi.py", "core/values.py", "core/buffers.py", "core/owned.py", "core/scatter.py",
+           "core/engine.py", "mooncake_store/native.py"}
 
 
 def test_only_ffi_and_the_core_modules_call_the_library():
     """No other module of the package names a tw_* function or reaches for the library handle
     (_ffi.lib(), ._lib, CDLL): engine.py and host.py go through the pythonic classes, store.py
-    and its helpers through _store_core."""
+    and its helpers through tidewire.mooncake_store.native."""
     pkg = os.path.join(PYDIR, "tidewire")
     seen = set()
     for root, _dirs, files in os.walk(pkg):
         for mod in files:
-            if not mod.endswith(".py") or mod in CALLERS:
-                continue
             path = os.path.join(root, mod)
+            if not mod.endswith(".py") or os.path.relpath(path, pkg) in CALLERS:
+                continue
             seen.add(os.path.relpath(path, pkg))
             with open(path) as f:
                 tree = ast.parse(f.read())
@@ -151,9 +152,10 @@ def test_only_ffi_and_the_core_modules_call_the_library():
                     assert node.attr not in ("lib", "_lib", "_raw", "CDLL"), (mod, node.attr)
                 if isinstance(node, ast.Name):
                     assert not node.id.startswith("tw_"), (mod, node.id)
-    assert {"engine.py", "_engine_memory.py", "_engine_util.py", "store.py", "_store_pieces.py",
-            "_store_types.py"} <= seen
-    assert CALLERS <= set(os.listdir(pkg))
+    assert {"engine.py", "mooncake_engine/transfer_engine.py", "mooncake_engine/conventions.py",
+            "store.py", "mooncake_store/client.py", "mooncake_store/values.py",
+            "_call_guard.py"} <= seen
+    assert all(os.path.isfile(os.path.join(pkg, c)) for c in CALLERS)
 
 
 def test_engine_module_holds_no_ctypes_structures():

@@ -170,18 +170,20 @@ def test_uninitialized_engine_fails_cleanly():
 
 
 def test_transfer_timeout_env(monkeypatch):
+    from tidewire.mooncake_engine import conventions
+
     monkeypatch.delenv("MC_TRANSFER_TIMEOUT", raising=False)
-    assert twe._transfer_timeout_s() == 30
+    assert conventions._transfer_timeout_s() == 30
     monkeypatch.setenv("MC_TRANSFER_TIMEOUT", "2")
-    assert twe._transfer_timeout_s() == 2
+    assert conventions._transfer_timeout_s() == 2
     # The engine's floor for MC_TRANSFER_TIMEOUT (engine/config: at least 1 s).
     monkeypatch.setenv("MC_TRANSFER_TIMEOUT", "0")
-    assert twe._transfer_timeout_s() == 1
+    assert conventions._transfer_timeout_s() == 1
     monkeypatch.setenv("MC_TRANSFER_TIMEOUT", "45")
-    assert twe._transfer_timeout_s() == 45
+    assert conventions._transfer_timeout_s() == 45
     assert TransferEngine()._timeout_ns == 45 * 10**9
     monkeypatch.setenv("MC_TRANSFER_TIMEOUT", "soon")
-    assert twe._transfer_timeout_s() == 30
+    assert conventions._transfer_timeout_s() == 30
 
 
 # ------------------------------------------------------------------------------------------

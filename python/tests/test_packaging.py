@@ -42,8 +42,11 @@ def test_wheel_is_a_platform_wheel_that_carries_the_library(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         assert "tidewire/libtidewire.so" in names
-        for mod in ("__init__.py", "__main__.py", "_ffi.py", "core.py", "engine.py", "host.py",
-                    "store.py", "kv.py", "py.typed"):
+        for mod in ("__init__.py", "__main__.py", "_ffi.py", "_call_guard.py", "engine.py",
+                    "host.py", "store.py", "store_server.py", "kv.py", "py.typed",
+                    "core/__init__.py", "core/engine.py", "mooncake_engine/__init__.py",
+                    "mooncake_engine/transfer_engine.py", "mooncake_store/__init__.py",
+                    "mooncake_store/client.py", "mooncake_store/native.py"):
             assert f"tidewire/{mod}" in names, mod
         info = z.getinfo("tidewire/libtidewire.so")
         assert info.file_size > 100_000

@@ -423,7 +423,7 @@ def test_get_sized_callback_contract(cluster):
     from ctypes import c_char_p, c_int64
 
     from tidewire import _ffi
-    from tidewire._store_ffi import TW_STORE_INTERNAL_ERROR, AllocFn
+    from tidewire.mooncake_store.signatures import TW_STORE_INTERNAL_ERROR, AllocFn
 
     m, peer, s = cluster
     vals = {"gs/a": b"a" * 5000, "gs/b": b"b" * 7, "gs/c": bytes(range(256)) * 300}
@@ -468,8 +468,8 @@ def test_copying_put_of_overlapping_views(cluster):
 def test_key_arrays_round_trip():
     """The packed key arrays the library reads: every key back, in order, at its full length
     (NUL bytes included)."""
-    from tidewire import _store_args as st
-    from tidewire._store_core import _keys
+    from tidewire.mooncake_store import arguments as st
+    from tidewire.mooncake_store.native import _keys
 
     keys = ["a", "", "ключ-ü", b"raw-bytes", "x" * 300, "k\0a", bytearray(b"\0")]
     keys += [f"k{i}" for i in range(1000)]

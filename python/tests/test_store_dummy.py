@@ -164,7 +164,7 @@ def test_bad_input_to_a_dummy_and_to_the_real_client(cluster):
             except OSError:
                 pass
     # A hostile dummy naming offsets past the memory it shared is refused by the real client.
-    from tidewire import _store_wire as wire
+    from tidewire.mooncake_store import wire
 
     with socket.create_connection((host, int(port)), timeout=5) as s:
         wire.send(s, {"op": "share", "pid": os.getpid(), "fd": _fd_of(p), "size": 4096, "id": 1})
@@ -189,7 +189,7 @@ def test_bad_input_to_a_dummy_and_to_the_real_client(cluster):
 
 def _fd_of(addr):
     """The memfd behind allocator memory at ``addr``."""
-    from tidewire._store_types import shared_region, shared_regions
+    from tidewire.mooncake_store.values import shared_region, shared_regions
 
     return shared_regions()[shared_region(addr, 1)[0]][2]
 

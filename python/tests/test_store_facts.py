@@ -5,7 +5,10 @@ default master address (the Rust client's constant)."""
 import os
 import re
 
-from tidewire import _ffi, _store_codes, _store_ffi, _store_setup, kv
+from tidewire import _ffi, kv
+from tidewire.mooncake_store import codes as _store_codes
+from tidewire.mooncake_store import setup_args as _store_setup
+from tidewire.mooncake_store import signatures as _store_ffi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

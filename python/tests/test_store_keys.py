@@ -339,8 +339,8 @@ def test_packed_keys_point_at_every_key(keys):
     """The key arrays the library reads (one NUL-joined buffer for lists of str, fixed-length
     keys split by the library) hold every key's bytes at its pointer, empty keys included."""
     import ctypes
-    from tidewire._store_args import _key_list
-    from tidewire._store_core import _c_keys
+    from tidewire.mooncake_store.arguments import _key_list
+    from tidewire.mooncake_store.native import _c_keys
     enc = _key_list(keys)
     assert enc == [k.encode("utf-8", "surrogatepass") if isinstance(k, str) else k
                    for k in keys]

@@ -7,12 +7,17 @@ Layers, each using only the ones below:
   the installed package (wheels carry it), then the source tree's ``target/release``;
 - the modules that call those functions, and only they (a test checks it): the pythonic engine
   API (:class:`Engine`, :class:`Batch`, :class:`ScatterOp`, :class:`RequestArray`,
-  exceptions), in :mod:`tidewire.core` and its ``_core_*`` modules, and the store's calls, in
-  ``_store_core``;
-- :mod:`tidewire.engine`, a drop-in for ``mooncake.engine.TransferEngine``, built on the
-  pythonic API; :mod:`tidewire.store`, a drop-in for ``mooncake.store`` (Mooncake's return
-  codes), and :class:`tidewire.Store` (:mod:`tidewire.kv`), the pythonic store on top of it
-  (exceptions, context managers).
+  exceptions), in the :mod:`tidewire.core` package, and the store's calls, in
+  :mod:`tidewire.mooncake_store.native`;
+- :mod:`tidewire.engine`, a drop-in for ``mooncake.engine.TransferEngine`` (the code is in
+  :mod:`tidewire.mooncake_engine`), built on the pythonic API; :mod:`tidewire.store`, a drop-in
+  for ``mooncake.store`` (Mooncake's return codes; the code is in
+  :mod:`tidewire.mooncake_store`), and :class:`tidewire.Store` (:mod:`tidewire.kv`), the
+  pythonic store on top of it (exceptions, context managers; :class:`StoreError` is a
+  :class:`TidewireError`).
+
+Every class that holds a native handle guards its public calls with one call guard
+(:mod:`tidewire._call_guard`): ``close()`` never frees the handle under a running call.
 
 ``python -m tidewire`` prints the version, the library path and the transports this host can
 use (:mod:`tidewire.host`).

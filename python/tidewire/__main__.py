@@ -6,7 +6,8 @@ import sys
 from ._ffi import LibraryNotFound
 
 
-def main():
+def main() -> int:
+    """Prints the report; 0, or 1 when the library cannot be loaded."""
     from .host import report
 
     try:

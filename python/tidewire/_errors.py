@@ -1,6 +1,6 @@
 """Exceptions of the pythonic API: one class per native result code, all under TidewireError."""
 
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple, Type
 
 from . import _ffi
 
@@ -42,17 +42,19 @@ class TidewireError(Exception):
         self.message = message
 
     @property
-    def name(self):
+    def name(self) -> str:
         """The code's name, e.g. ``"TW_ERR_TIMEOUT"``."""
+        if self.code is None:
+            return "TW_ERR(None)"
         try:
             return _ffi.result_name(self.code)
         except ImportError:
             return f"TW_ERR({self.code})"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.name} ({self.code}): {self.message}" if self.message else self.name
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         return (type(self), (self.code, self.message))
 
 
@@ -91,10 +93,10 @@ class Busy(TidewireError):
 class TransferTimeout(TidewireError, TimeoutError):
     """A bounded wait ran out (the work continues)."""
 
-    def __init__(self, code, message=""):
+    def __init__(self, code: int, message: str = "") -> None:
         TidewireError.__init__(self, code, message)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return TidewireError.__str__(self)
 
 
@@ -105,10 +107,10 @@ class Rejected(TidewireError):
 class SocketError(TidewireError, ConnectionError):
     """Connect, reset or I/O timeout on a socket."""
 
-    def __init__(self, code, message=""):
+    def __init__(self, code: int, message: str = "") -> None:
         TidewireError.__init__(self, code, message)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return TidewireError.__str__(self)
 
 
@@ -147,7 +149,7 @@ class CallbackError(TidewireError):
     results: "list[int]" = []
 
 
-_BY_CODE = {
+_BY_CODE: Dict[int, Type[TidewireError]] = {
     _ffi.TW_ERR_INVALID_ARGUMENT: InvalidArgument,
     _ffi.TW_ERR_NULL_ARGUMENT: NullArgument,
     _ffi.TW_ERR_TOO_MANY_REQUESTS: TooManyRequests,
@@ -169,14 +171,14 @@ _BY_CODE = {
 }
 
 
-def error_for(code, message=None):
+def error_for(code: int, message: Optional[str] = None) -> TidewireError:
     """The exception for a native result code; ``message`` defaults to the thread's last error."""
     if message is None:
         message = _ffi.last_error_message()
     return _BY_CODE.get(code, TidewireError)(code, message)
 
 
-def check(code):
+def check(code: int) -> None:
     """Raises the matching exception when ``code`` is not ``TW_OK``."""
     if code != 0:
         raise error_for(code)

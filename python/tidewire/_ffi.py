@@ -1,7 +1,7 @@
 """ctypes declarations for the native tidewire C API (``include/tidewire.h``): the package's
 only ctypes layer. The functions declared here are called only by the core modules
-(:mod:`tidewire.core` and its ``_core_*`` modules, for the engine) and ``_store_core`` (for the
-store); every other module goes through their classes and functions (a test checks it).
+(the modules of :mod:`tidewire.core`, for the engine) and :mod:`tidewire.mooncake_store.native`
+(for the store); every other module goes through their classes and functions (a test checks it).
 
 The library is found, in order, through:
 
@@ -17,6 +17,7 @@ It is loaded with ``ctypes.CDLL``: every call releases the GIL for its whole dur
 import ctypes
 import os
 import threading
+from typing import List, Optional, Tuple
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -203,7 +204,7 @@ SIGNATURES = {
     "tw_last_error_message": ([c_void_p, c_size_t], c_size_t),
 }
 del _p
-from ._store_ffi import STORE_SIGNATURES as _STORE_SIGNATURES  # noqa: E402
+from .mooncake_store.signatures import STORE_SIGNATURES as _STORE_SIGNATURES  # noqa: E402
 
 SIGNATURES.update(_STORE_SIGNATURES)
 
@@ -212,7 +213,7 @@ class LibraryNotFound(ImportError):
     """The shared library could not be found or loaded; the message lists every place tried."""
 
 
-def library_candidates():
+def library_candidates() -> List[Tuple[str, str]]:
     """Paths tried, in order, to load the library."""
     here = os.path.dirname(os.path.abspath(__file__))
     out = []
@@ -226,10 +227,10 @@ def library_candidates():
 
 
 _lock = threading.Lock()
-_lib = None
+_lib: Optional[ctypes.CDLL] = None
 
 
-def _load():
+def _load() -> ctypes.CDLL:
     tried = []
     for origin, path in library_candidates():
         if not os.path.exists(path):
@@ -252,7 +253,7 @@ def _load():
         if missing:
             tried.append(f"  {path} ({origin}): missing symbols {', '.join(missing)}")
             continue
-        handle._tidewire_path = path
+        setattr(handle, "_tidewire_path", path)
         return handle
     raise LibraryNotFound(
         "cannot load the tidewire library (libtidewire.so); tried:\n"
@@ -262,7 +263,7 @@ def _load():
     )
 
 
-def lib():
+def lib() -> ctypes.CDLL:
     """The loaded library (``ctypes.CDLL``) with every ``tw_*`` signature declared."""
     global _lib
     if _lib is None:
@@ -272,15 +273,15 @@ def lib():
     return _lib
 
 
-def library_path():
+def library_path() -> str:
     """Path of the loaded library."""
-    return lib()._tidewire_path
+    return str(getattr(lib(), "_tidewire_path"))
 
 
-def last_error_message():
+def last_error_message() -> str:
     """Detail of the calling thread's last failed ``tw_*`` call ('' if none)."""
     fn = lib().tw_last_error_message
-    n = fn(None, 0)
+    n = int(fn(None, 0))
     if n <= 1:
         return ""
     buf = ctypes.create_string_buffer(n)
@@ -288,18 +289,20 @@ def last_error_message():
     return buf.value.decode("utf-8", "replace")
 
 
-def result_name(code):
+def result_name(code: int) -> str:
     """Static name of a result code, e.g. ``"TW_ERR_TIMEOUT"``."""
-    return lib().tw_result_str(int(code)).decode()
+    name: bytes = lib().tw_result_str(int(code))
+    return name.decode()
 
 
-def mooncake_code(code):
+def mooncake_code(code: int) -> int:
     """Mooncake's ``error.h`` number for a result code, from the library's one table (the one
     its Mooncake C API uses): 0 for ``TW_OK``, -1 for numbers it does not define."""
-    return lib().tw_result_mooncake_code(int(code))
+    return int(lib().tw_result_mooncake_code(int(code)))
 
 
-def version():
+def version() -> str:
     """Library version string, e.g. ``"0.1.0"``."""
-    return lib().tw_version().decode()
+    text: bytes = lib().tw_version()
+    return text.decode()
 

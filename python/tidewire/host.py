@@ -17,6 +17,7 @@
 """
 
 import os
+from typing import Dict, Optional, Tuple
 
 from . import _ffi
 from ._errors import TidewireError
@@ -25,19 +26,19 @@ from .core import Engine, gpu_devices
 __all__ = ["transports", "report"]
 
 
-def _same_host():
+def _same_host() -> Tuple[bool, str]:
     if os.environ.get("TW_SAME_HOST", "").strip() == "0":
         return False, "off (TW_SAME_HOST=0)"
     try:
         with Engine() as e:
-            host_id = e.descriptor().get("tw_host_id", "")
+            host_id: object = e.descriptor().get("tw_host_id", "")
     except TidewireError as err:
         return False, f"engine failed to start: {err}"
     if not host_id:
         return True, "in-process only (no boot id to match peers on this host)"
     try:
         with open("/proc/sys/kernel/yama/ptrace_scope") as f:
-            scope = f.read().strip()
+            scope: Optional[str] = f.read().strip()
     except OSError:
         scope = None
     cross = {
@@ -51,7 +52,7 @@ def _same_host():
     return True, "in-process memcpy; " + cross
 
 
-def _rdma():
+def _rdma() -> Tuple[bool, str]:
     try:
         with Engine(rdma="on") as e:
             devices = [d.get("name", "?") for d in e.descriptor().get("devices", [])]
@@ -60,7 +61,7 @@ def _rdma():
     return True, "devices: " + (", ".join(devices) or "(unnamed)")
 
 
-def _cuda():
+def _cuda() -> Tuple[bool, str]:
     try:
         n = gpu_devices()
     except TidewireError as err:
@@ -68,7 +69,7 @@ def _cuda():
     return True, f"{n} device(s)"
 
 
-def transports():
+def transports() -> Dict[str, Tuple[bool, str]]:
     """``{name: (usable, detail)}`` for ``tcp``, ``same-host``, ``rdma`` and ``cuda``."""
     return {
         "tcp": (True, "always"),
@@ -78,7 +79,7 @@ def transports():
     }
 
 
-def report():
+def report() -> str:
     """The text ``python -m tidewire`` prints: versions, library path, transports."""
     from . import __version__
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import ctypes
 from types import TracebackType
-from typing import Any, Dict, Optional, Type, Union
+from typing import Any, Dict, Optional, Tuple, Type, Union
 
-from . import _store_codes as codes
-from ._store_config import ReplicateConfig
-from ._store_setup import DEFAULT_MASTER_ADDRESS
+from ._errors import TidewireError
+from .mooncake_store import codes
+from .mooncake_store.config import ReplicateConfig
+from .mooncake_store.setup_args import DEFAULT_MASTER_ADDRESS
 from .store import MooncakeDistributedStore
 
 __all__ = [
@@ -47,16 +48,19 @@ __all__ = [
 Key = Union[str, bytes]
 
 
-class StoreError(Exception):
-    """A failed store call: ``code`` (Mooncake Store's number, e.g. -704) and ``message``."""
+class StoreError(TidewireError):
+    """A failed store call: ``code`` (Mooncake Store's number, e.g. -704) and ``message``.
+    A :class:`~tidewire.TidewireError` (``except TidewireError`` catches it too), whose
+    ``code`` is in Mooncake Store's numbers rather than a ``TW_ERR_*`` one."""
 
     #: Mooncake's name of the code.
-    name = "STORE_ERROR"
+    name = "STORE_ERROR"  # a plain name here, not the TW_ERR_* lookup of TidewireError
 
     def __init__(self, code: int, message: str = "") -> None:
         super().__init__(code, message)
-        self.code = code
-        self.message = message
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.code, self.message), self.__dict__)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.code}): {self.message}" if self.message else \

@@ -1,12 +1,13 @@
-"""Helpers of :mod:`tidewire.engine`: Mooncake's return codes for exceptions, the sync
-timeout from ``MC_TRANSFER_TIMEOUT``, the metadata connection string and the topology JSON."""
+"""Conventions of the Mooncake-compatible engine (:mod:`tidewire.engine`): Mooncake's return
+codes for exceptions, the sync timeout from ``MC_TRANSFER_TIMEOUT``, the metadata connection
+string and the topology JSON."""
 
 from __future__ import annotations
 
 import os
 
-from . import _ffi
-from ._errors import TidewireError
+from .. import _ffi
+from .._errors import TidewireError
 
 P2PHANDSHAKE = "P2PHANDSHAKE"
 

@@ -12,29 +12,33 @@ from array import array
 from ctypes import byref, c_int32, c_size_t, c_uint16, c_uint64, c_void_p
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from . import _ffi
-from ._core_buffers import U64, RequestArray, Requests, _scratch, _timeout_ms, buffer_address
-from ._core_objects import Batch, Registration, StreamOp, _Owned
-from ._core_scatter import ScatterOp
-from ._core_types import LOCAL_SEGMENT, Notification, Request, ScatterRange, Segment, SegmentLike
-from ._errors import Shutdown, check, error_for
-from ._guard import CallGuard
-from ._guard import GuardedLib
-from ._ffi import Buffer as _CBuffer
-from ._ffi import Notification as _CNotification
-from ._ffi import TransferRequest as _CRequest
+from .. import _ffi
+from .._call_guard import CallGuard, closes, guarded
+from .._errors import Shutdown, check, error_for
+from .._ffi import Buffer as _CBuffer
+from .._ffi import Notification as _CNotification
+from .._ffi import TransferRequest as _CRequest
+from .buffers import U64, RequestArray, Requests, _scratch, _timeout_ms, buffer_address
+from .owned import Batch, Registration, StreamOp, _Owned
+from .scatter import ScatterOp
+from .values import LOCAL_SEGMENT, Notification, Request, ScatterRange, Segment, SegmentLike
 
 
+@guarded
 class Engine(_Owned):
     """A tidewire engine. Keyword options map to the library's configuration keys
     (:data:`CONFIG_KEYS`), e.g. ``Engine(metadata="P2PHANDSHAKE", local_server_name="127.0.0.1",
-    tcp_lanes=4)``. Use as a context manager or call :meth:`close`."""
+    tcp_lanes=4)``. Use as a context manager or call :meth:`close`.
+
+    Every public method and property counts itself in the engine's call guard while it runs
+    (see :mod:`tidewire._call_guard`), and so do those of the objects it hands out: ``close``
+    never frees the engine under a running call."""
 
     def __init__(self, **options: Any) -> None:
         lib = _ffi.lib()
-        self._guard = CallGuard()
-        self._lib = GuardedLib(lib, self._guard)  # every call counted: close waits for them
-        self._eng = None
+        self._guard = CallGuard()  # counts the public calls in flight: close waits for them
+        self._lib = lib
+        self._eng: Optional[c_void_p] = None
         self._ops: weakref.WeakValueDictionary[int, ScatterOp] = weakref.WeakValueDictionary()
         self._parked: Dict[int, Any] = {}  # batch id -> buffers it uses: freed once its work has finished
         self._park_lock = threading.Lock()
@@ -80,6 +84,7 @@ class Engine(_Owned):
             raise Shutdown(_ffi.TW_ERR_SHUTDOWN, "engine is closed")
         return eng
 
+    @closes
     def close(self, timeout: float = 10.0) -> None:
         """Frees outstanding scatter operations (their callbacks fire), then stops the engine
         (work still in flight fails). Idempotent and thread-safe: calls made from other threads
@@ -94,7 +99,7 @@ class Engine(_Owned):
                 op.close()
             except Exception:
                 pass
-        raw, eng = self._lib._raw, self._eng
+        raw, eng = self._lib, self._eng
 
         def release() -> None:
             self._eng = None
@@ -202,7 +207,8 @@ class Engine(_Owned):
                 size = max(needed.value, size * 2)
                 continue
             check(rc)
-            return json.loads(buf.value.decode("utf-8", "replace"))
+            desc: Dict[str, Any] = json.loads(buf.value.decode("utf-8", "replace"))
+            return desc
         raise error_for(_ffi.TW_ERR_BUFFER_TOO_SMALL, "descriptor keeps growing")
 
     def refresh_segment(self, segment: SegmentLike) -> None:
@@ -257,22 +263,14 @@ class Engine(_Owned):
         work has finished since; returns how many are still in flight. Called by every
         transfer."""
         if (not self._parked and not self._orphans) or self.closed:
-            return 0
+            return 0  # closed: this call is not counted, and the handle is gone or going
         with self._park_lock:
-            guard = self._guard
-            try:
-                guard.enter()
-            except Shutdown:
-                return 0
-            try:
-                self._reap_locked()
-            finally:
-                guard.leave()
+            self._reap_locked()
             return len(self._parked)
 
     def _reap_locked(self) -> None:
-        """Under the park lock and the call guard."""
-        free, h = self._lib._raw.tw_batch_free, self._eng
+        """Under the park lock and counted in the call guard."""
+        free, h = self._lib.tw_batch_free, self._eng
         while self._orphans:
             bid, keep = self._orphans.popleft()
             self._parked[bid] = keep
@@ -305,15 +303,10 @@ class Engine(_Owned):
 
     def _run(self, arr: Any, n: int, keep: Any, timeout_ms: int,
              notify: Optional[Tuple[str, str]], s: Any = None) -> None:
-        """One batch: alloc, submit, wait, free (parked when the wait ran out). Counted in
-        the call guard once for the four calls (the hot path)."""
-        guard = self._guard
-        guard.enter()  # raises Shutdown once close() started
-        try:
-            self._run_guarded(self._lib._raw, self._eng, arr, n, keep, timeout_ms, notify,
-                              _scratch() if s is None else s)
-        finally:
-            guard.leave()
+        """One batch: alloc, submit, wait, free (parked when the wait ran out), inside a
+        public call counted in the call guard (the hot path)."""
+        self._run_guarded(self._lib, self._handle(), arr, n, keep, timeout_ms, notify,
+                          _scratch() if s is None else s)
         if self._parked or self._orphans:
             self.reap()
 

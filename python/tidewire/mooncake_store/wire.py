@@ -3,7 +3,9 @@
 Shared memory carries the values; these frames carry only calls, keys and small results."""
 
 import json
+import socket
 import struct
+from typing import Any
 
 #: Largest frame either side accepts (calls with huge key lists are refused, not buffered).
 MAX_FRAME = 64 << 20
@@ -14,7 +16,8 @@ class WireError(Exception):
     """The connection failed, closed or carried a malformed frame."""
 
 
-def send(sock, obj):
+def send(sock: socket.socket, obj: Any) -> None:
+    """Sends ``obj`` as one frame."""
     data = json.dumps(obj, separators=(",", ":")).encode("utf-8", "surrogatepass")
     if len(data) > MAX_FRAME:
         raise WireError(f"frame of {len(data)} bytes exceeds {MAX_FRAME}")
@@ -24,7 +27,7 @@ def send(sock, obj):
         raise WireError(f"send failed: {e}") from None
 
 
-def _exact(sock, n):
+def _exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         try:
@@ -37,7 +40,8 @@ def _exact(sock, n):
     return bytes(buf)
 
 
-def recv(sock):
+def recv(sock: socket.socket) -> Any:
+    """Receives one frame and returns its decoded JSON."""
     (n,) = _LEN.unpack(_exact(sock, 4))
     if n > MAX_FRAME:
         raise WireError(f"frame of {n} bytes exceeds {MAX_FRAME}")

@@ -4,15 +4,15 @@ and their translation from the numbers of the C API.
 The C API (``TW_STORE_*`` in ``include/tidewire.h``) shares one code space with ``tw_result``:
 Mooncake's numbers, except ``INTERNAL_ERROR`` (-1) and ``BUFFER_OVERFLOW`` (-10), which are
 ``tw_result`` numbers of other meanings there and so travel as the ``TW_ERR_*`` codes of the same
-meaning (``TW_STORE_INTERNAL_ERROR``, ``TW_STORE_BUFFER_OVERFLOW``). :mod:`tidewire._store_core`
-turns those two back (:func:`from_c`, :func:`results`), so everything above it, and every caller
+meaning (``TW_STORE_INTERNAL_ERROR``, ``TW_STORE_BUFFER_OVERFLOW``).
+:mod:`tidewire.mooncake_store.native` turns those two back (:func:`from_c`, :func:`results`), so everything above it, and every caller
 of the package, sees Mooncake's numbers only. ``python/tests/test_store_facts.py`` checks this
 table against the header."""
 
 from array import array
 from typing import Any, Dict, List
 
-from ._store_ffi import TW_STORE_BUFFER_OVERFLOW, TW_STORE_INTERNAL_ERROR
+from .signatures import TW_STORE_BUFFER_OVERFLOW, TW_STORE_INTERNAL_ERROR
 
 OK = 0
 INTERNAL_ERROR = -1

@@ -41,7 +41,8 @@ class ReplicaC(Structure):
 
 #: The C API's numbers for Mooncake's INTERNAL_ERROR (-1) and BUFFER_OVERFLOW (-10): the
 #: ``tw_result`` codes of the same meaning, ``TW_ERR_INTERNAL`` and ``TW_ERR_BUFFER_TOO_SMALL``
-#: (one code space; every other store code is Mooncake's number). See ``_store_codes``.
+#: (one code space; every other store code is Mooncake's number). See
+#: :mod:`tidewire.mooncake_store.codes`.
 TW_STORE_INTERNAL_ERROR = -17
 TW_STORE_BUFFER_OVERFLOW = -15
 

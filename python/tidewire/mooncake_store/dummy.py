@@ -12,24 +12,26 @@ answering, every call fails within ``TW_DUMMY_TIMEOUT_S`` seconds (default 60) w
 the client stays failed; it never hangs."""
 
 import base64
+import functools
+import inspect
 import os
 import socket
 import threading
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, TypeVar
 
-from . import _store_wire as wire
-from ._store_args import _key_bytes, _key_list, _key_list_of_lists
-from ._store_codes import RPC_FAIL
-from ._store_types import (
-    Descriptor, MemoryDescriptor, ReplicaDescriptor, handle_of_bytes, shared_region,
-)
+from . import wire
+from .arguments import _key_bytes, _key_list, _key_list_of_lists
+from .codes import RPC_FAIL
+from .values import Descriptor, MemoryDescriptor, ReplicaDescriptor, handle_of_bytes, shared_region
+
+_C = TypeVar("_C", bound=type)
 
 
 class NotShared(ValueError):
     """An address outside the memory shared with the real client."""
 
 
-def _addr(ptr, size):
+def _addr(ptr: Any, size: Any) -> List[int]:
     """``ptr .. ptr+size`` as ``[region id, offset]`` of shared memory, or ``NotShared``."""
     try:
         ptr, size = int(ptr), int(size)
@@ -43,17 +45,17 @@ def _addr(ptr, size):
     return [r[0], ptr - r[1]]
 
 
-def _config(cfg):
+def _config(cfg: Any) -> Optional[Dict[str, Any]]:
     if cfg is None:
         return None
     return {k: (v if not hasattr(v, "value") else int(v)) for k, v in vars(cfg).items()}
 
 
-def _b64(v):
+def _b64(v: Any) -> str:
     return base64.b64encode(bytes(memoryview(v))).decode()
 
 
-def _keys(keys):
+def _keys(keys: Iterable[Any]) -> List[Any]:
     """Keys as JSON strings (a ``bytes`` key that is not UTF-8 stays invalid on the other side:
     lone surrogates)."""
     out = []
@@ -64,19 +66,21 @@ def _keys(keys):
     return out
 
 
-def _key(k):
+def _key(k: Any) -> Any:
     return _keys([k])[0]
 
 
-def _ptr_list(ptrs, sizes):
+def _ptr_list(ptrs: Iterable[Any], sizes: Iterable[Any]) -> List[List[int]]:
     return [_addr(p, s) for p, s in zip(ptrs, sizes)]
 
 
-def _ptr_lists(ptr_lists, size_lists):
+def _ptr_lists(ptr_lists: Iterable[Iterable[Any]],
+               size_lists: Iterable[Iterable[Any]]) -> List[List[List[int]]]:
     return [[_addr(p, s) for p, s in zip(ps, ss)] for ps, ss in zip(ptr_lists, size_lists)]
 
 
-def _ranges(bases, all_dst, all_sizes):
+def _ranges(bases: Iterable[Any], all_dst: Iterable[Any],
+            all_sizes: Iterable[Any]) -> List[List[int]]:
     out = []
     for b, dsts, sizes in zip(bases, all_dst, all_sizes):
         end = max((d + z for ds, zs in zip(dsts, sizes) for d, z in zip(ds, zs)), default=0)
@@ -127,17 +131,17 @@ ENCODE: Dict[str, Callable[..., Any]] = {
 class DummyLink:
     """The connection of one dummy client to its real client."""
 
-    def __init__(self, address, timeout=None):
+    def __init__(self, address: str, timeout: Optional[float] = None) -> None:
         host, _, port = address.rpartition(":")
         self.timeout = timeout or float(os.environ.get("TW_DUMMY_TIMEOUT_S", "60"))
         self.sock = socket.create_connection((host or "127.0.0.1", int(port)),
                                              timeout=min(self.timeout, 10))
         self.sock.settimeout(self.timeout)
         self.lock = threading.Lock()
-        self.failed = None
-        self.shared = set()
+        self.failed: Optional[str] = None
+        self.shared: Set[int] = set()
 
-    def request(self, msg):
+    def request(self, msg: Dict[str, Any]) -> Any:
         """One request and its reply; ``WireError`` once the link has failed."""
         with self.lock:
             if self.failed:
@@ -150,7 +154,7 @@ class DummyLink:
                 self.sock.close()
                 raise wire.WireError(self.failed) from None
 
-    def share(self, region_id, fd, size):
+    def share(self, region_id: int, fd: int, size: int) -> Any:
         """Tells the real client about shared memory (once per region)."""
         if region_id in self.shared:
             return 0
@@ -160,7 +164,8 @@ class DummyLink:
             self.shared.add(region_id)
         return rep.get("rc", RPC_FAIL)
 
-    def close(self):
+    def close(self) -> None:
+        """Closes the connection; later requests fail."""
         with self.lock:
             if not self.failed:
                 self.failed = "closed"
@@ -171,7 +176,28 @@ class DummyLink:
 
 
 #: Methods a dummy client runs itself.
-_LOCAL_IN_DUMMY = {"register_buffer", "unregister_buffer"}
+def forwarded_in_dummy(runs_locally: FrozenSet[str]) -> Callable[[_C], _C]:
+    """Class decorator for the store client: in a dummy client (``self._dummy`` set) each
+    public method not named in ``runs_locally`` sends its call to the real client
+    (``self._forward(name, args, kwargs)``) instead of running."""
+
+    def decorate(cls: _C) -> _C:
+        for name, fn in inspect.getmembers(cls, inspect.isfunction):
+            if not name.startswith("_") and name not in runs_locally:
+                setattr(cls, name, _forwarding(name, fn))
+        return cls
+
+    return decorate
+
+
+def _forwarding(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._dummy is not None:
+            return self._forward(name, args, kwargs)
+        return fn(self, *args, **kwargs)
+
+    return call
 
 #: Result shapes by method, for a call that fails as a whole (see ``_failed``).
 _LIST_CODE = {
@@ -185,7 +211,7 @@ _LIST_NONE = {"batch_get_buffer", "batch_get_tensor", "batch_get_tensor_into"}
 _NONE = {"get_buffer", "get_tensor", "get_tensor_into"}
 
 
-def _failed(name, args, code):
+def _failed(name: str, args: Any, code: int) -> Any:
     """What method ``name`` returns when the whole call fails with ``code``."""
     n = len(args[0]) if args and isinstance(args[0], (list, tuple)) else 1
     if name in _LIST_CODE:
@@ -209,7 +235,7 @@ def _failed(name, args, code):
     return code
 
 
-def _check_keys(name, args, kwargs):
+def _check_keys(name: str, args: Any, kwargs: Dict[str, Any]) -> None:
     """The ``TypeError`` a call with keys of the wrong type raises, before anything else."""
     if name == "get_into_ranges":
         for ks in _key_list_of_lists(args[1] if len(args) > 1 else kwargs.get("all_keys", [])):
@@ -221,7 +247,7 @@ def _check_keys(name, args, kwargs):
                                                            "get_batch") else _key_bytes)(args[0])
 
 
-def _decode(name, r):
+def _decode(name: str, r: Any) -> Any:
     """A dummy call's result as the method returns it."""
     if name == "get":
         return base64.b64decode(r)

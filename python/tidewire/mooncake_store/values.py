@@ -1,5 +1,6 @@
-"""Value types of ``tidewire.store`` beside the client: buffer handles, replica descriptors,
-the host-memory allocator and NUMA binding (Mooncake's names and methods)."""
+"""Value types of the store beside the client (re-exported by ``tidewire.store``): buffer
+handles, replica descriptors, the host-memory allocator and NUMA binding (Mooncake's names and
+methods)."""
 
 import ctypes
 import enum
@@ -7,8 +8,10 @@ import functools
 import mmap
 import os
 import threading
+from typing import Any, Dict, Optional, Set, Tuple, Type
 
-from . import _store_core
+from . import native
+from .signatures import StoreValue
 
 __all__ = [
     "BufferHandle", "ReplicaStatus", "Descriptor", "MemoryDescriptor", "DiskDescriptor",
@@ -26,61 +29,66 @@ class BufferHandle:
     Each handle is an instance of a subclass of this class and of a ctypes byte array of the
     value's length (that is what makes it a buffer on every Python version)."""
 
-    def ptr(self):
+    def _array(self) -> Any:
+        """This handle as the ctypes byte array it also is (typed as such nowhere else)."""
+        return self
+
+    def ptr(self) -> int:
         """Address of the bytes (0 for an empty value)."""
-        return ctypes.addressof(self) if len(self) else 0
+        arr = self._array()
+        return ctypes.addressof(arr) if len(arr) else 0
 
-    def size(self):
+    def size(self) -> int:
         """Length in bytes."""
-        return len(self)
+        return len(self._array())
 
-    def view(self):
+    def view(self) -> memoryview:
         """A writable ``memoryview`` of unsigned bytes (format ``B``) over the value."""
-        return memoryview(self).cast("B")
+        return memoryview(self._array()).cast("B")
 
-    def tobytes(self):
+    def tobytes(self) -> bytes:
         """A copy of the bytes."""
-        return bytes(memoryview(self))
+        return bytes(memoryview(self._array()))
 
-    def release(self):
+    def release(self) -> None:
         """Returns the memory to the library now (idempotent). Views taken earlier must not be
         used afterwards; without this call the memory goes back when the handle is collected."""
         v = self.__dict__.pop("_value", None)
         if v is not None and v.owner:
-            _store_core.value_release(v)
+            native.value_release(v)
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.release()
         except Exception:  # interpreter shutdown
             pass
 
-    def __repr__(self):
-        return f"<BufferHandle size={len(self)}>"
+    def __repr__(self) -> str:
+        return f"<BufferHandle size={len(self._array())}>"
 
 
 _EMPTY = (ctypes.c_ubyte * 1)()
 
 
 @functools.lru_cache(maxsize=512)
-def _handle_class(n):
+def _handle_class(n: int) -> Type[Any]:
     return type("BufferHandle", (BufferHandle, ctypes.c_ubyte * n), {})
 
 
-def handle_of(value):
+def handle_of(value: StoreValue) -> BufferHandle:
     """A :class:`BufferHandle` taking ownership of a ``StoreValue`` the library filled."""
     n = int(value.len)
     addr = value.data if n else ctypes.addressof(_EMPTY)
-    h = _handle_class(n).from_address(addr)
+    h: BufferHandle = _handle_class(n).from_address(addr)
     h.__dict__["_value"] = value
     return h
 
 
-def handle_of_bytes(data):
+def handle_of_bytes(data: bytes) -> BufferHandle:
     """A :class:`BufferHandle` over a copy of ``data`` held in Python memory (a dummy client's
     ``get_buffer``)."""
     buf = bytearray(data) or bytearray(1)
-    h = _handle_class(len(data)).from_buffer(buf)
+    h: BufferHandle = _handle_class(len(data)).from_buffer(buf)
     h.__dict__["_keep"] = buf
     return h
 
@@ -100,12 +108,12 @@ class Descriptor:
     """Where a memory replica's bytes are: ``transport_endpoint`` (the owning segment,
     ``host:port``), ``buffer_address`` in the owner's memory and ``size``."""
 
-    def __init__(self, transport_endpoint, buffer_address, size):
+    def __init__(self, transport_endpoint: str, buffer_address: int, size: int) -> None:
         self.transport_endpoint = transport_endpoint
         self.buffer_address = buffer_address
         self.size = size
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<Descriptor size={self.size} buffer_address={self.buffer_address} "
                 f"transport_endpoint={self.transport_endpoint}>")
 
@@ -113,7 +121,7 @@ class Descriptor:
 class MemoryDescriptor:
     """A memory replica: its ``buffer_descriptor`` (:class:`Descriptor`)."""
 
-    def __init__(self, buffer_descriptor):
+    def __init__(self, buffer_descriptor: Descriptor) -> None:
         self.buffer_descriptor = buffer_descriptor
 
 
@@ -121,7 +129,7 @@ class DiskDescriptor:
     """A disk replica (``file_path``, ``object_size``). tidewire has no disk tier, so no
     descriptor it returns is one; the class exists for code that names it."""
 
-    def __init__(self, file_path="", object_size=0):
+    def __init__(self, file_path: str = "", object_size: int = 0) -> None:
         self.file_path = file_path
         self.object_size = object_size
 
@@ -130,43 +138,48 @@ class ReplicaDescriptor:
     """One replica of an object (Mooncake's ``ReplicaDescriptor``). tidewire keeps replicas in
     memory only: ``is_memory_replica()`` is True, the disk forms False, ``status`` COMPLETE."""
 
-    def __init__(self, memory):
+    def __init__(self, memory: MemoryDescriptor) -> None:
         self._memory = memory
         self.status = ReplicaStatus.COMPLETE
 
-    def is_memory_replica(self):
+    def is_memory_replica(self) -> bool:
+        """True: every replica here is in memory."""
         return True
 
-    def is_disk_replica(self):
+    def is_disk_replica(self) -> bool:
+        """False: there is no disk tier."""
         return False
 
-    def is_local_disk_replica(self):
+    def is_local_disk_replica(self) -> bool:
+        """False: there is no disk tier."""
         return False
 
-    def get_memory_descriptor(self):
+    def get_memory_descriptor(self) -> MemoryDescriptor:
+        """Where the replica's bytes are."""
         return self._memory
 
-    def get_disk_descriptor(self):
+    def get_disk_descriptor(self) -> DiskDescriptor:
+        """Raises ``RuntimeError``: no replica is on disk."""
         raise RuntimeError("not a disk replica (tidewire keeps replicas in memory)")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<ReplicaDescriptor memory {self._memory.buffer_descriptor!r}>"
 
 
 # Memory from MooncakeHostMemAllocator, by region id: (address, size, memfd, mapping). It is
 # memfd-backed so that a real client process can map it (for dummy clients).
-_REGIONS: dict = {}
+_REGIONS: Dict[int, Tuple[int, int, int, mmap.mmap]] = {}
 _REGIONS_LOCK = threading.Lock()
 _NEXT_ID = [1]
 
 
-def shared_regions():
+def shared_regions() -> Dict[int, Tuple[int, int, int]]:
     """``{id: (address, size, fd)}`` of the shareable memory this process has allocated."""
     with _REGIONS_LOCK:
         return {k: (v[0], v[1], v[2]) for k, v in _REGIONS.items()}
 
 
-def shared_region(addr, size):
+def shared_region(addr: int, size: int) -> Optional[Tuple[int, int]]:
     """``(id, base)`` of the shareable region holding ``[addr, addr+size)``, or None."""
     with _REGIONS_LOCK:
         for k, (base, n, _fd, _m) in _REGIONS.items():
@@ -175,7 +188,7 @@ def shared_region(addr, size):
     return None
 
 
-def alloc_shared(size):
+def alloc_shared(size: Any) -> Optional[Tuple[int, int]]:
     """Page-aligned memory that another process may map: ``(id, address)``, or None."""
     try:
         size = int(size)
@@ -200,7 +213,7 @@ def alloc_shared(size):
     return rid, addr
 
 
-def free_shared(addr):
+def free_shared(addr: int) -> bool:
     """Frees memory from ``alloc_shared`` by address: True, or False when it is not ours."""
     with _REGIONS_LOCK:
         rid = next((k for k, v in _REGIONS.items() if v[0] == addr), None)
@@ -223,11 +236,12 @@ class MooncakeHostMemAllocator:
     (``setup_dummy``) passes it to its real client, which moves the bytes in and out of it
     directly. Thread-safe."""
 
-    def __init__(self):
-        self._mine = set()
+    def __init__(self) -> None:
+        self._mine: Set[int] = set()
         self._lock = threading.Lock()
 
-    def alloc(self, size):
+    def alloc(self, size: int) -> int:
+        """An address of ``size`` bytes of shareable memory, or 0."""
         got = alloc_shared(size)
         if got is None:
             return 0
@@ -235,7 +249,8 @@ class MooncakeHostMemAllocator:
             self._mine.add(got[1])
         return got[1]
 
-    def free(self, addr):
+    def free(self, addr: int) -> int:
+        """0, or -1 for an address this allocator did not give (or already freed)."""
         with self._lock:
             if addr not in self._mine:
                 return -1
@@ -243,20 +258,20 @@ class MooncakeHostMemAllocator:
         return 0 if free_shared(addr) else -1
 
 
-def _node_cpus(node):
+def _node_cpus(node: int) -> Optional[Set[int]]:
     try:
         with open(f"/sys/devices/system/node/node{int(node)}/cpulist") as f:
             spec = f.read().strip()
     except (OSError, ValueError):
         return None
-    cpus = set()
+    cpus: Set[int] = set()
     for part in filter(None, spec.split(",")):
         lo, _, hi = part.partition("-")
         cpus.update(range(int(lo), int(hi or lo) + 1))
     return cpus
 
 
-def bind_to_numa_node(node):
+def bind_to_numa_node(node: int) -> None:
     """Runs the calling thread on the CPUs of NUMA node ``node`` (as Mooncake's function does
     for its thread); memory the thread touches first is then placed on that node by the
     kernel's first-touch policy. Raises ``ValueError`` for a node this machine does not have."""

@@ -4,6 +4,7 @@ them: ``"1gb"`` sizes, ``"true"`` flags). Unknown keywords raise ``TypeError`` a
 binding does; unknown dict keys are ignored, as Mooncake ignores them."""
 
 import re
+from typing import Any, Dict, Sequence
 
 _MiB = 1 << 20
 
@@ -42,7 +43,7 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 
-def parse_size(v, name):
+def parse_size(v: Any, name: str) -> int:
     """A size in bytes from an int or a string such as ``"1gb"``, ``"64 MiB"``, ``"4096"``
     (binary units). Raises ``ValueError`` naming ``name`` otherwise."""
     if isinstance(v, bool):
@@ -64,25 +65,26 @@ def parse_size(v, name):
     return n
 
 
-def parse_flag(v):
+def parse_flag(v: Any) -> bool:
+    """A flag from a bool or a string such as ``"true"``, ``"1"``, ``"on"``."""
     if isinstance(v, str):
         return v.strip().lower() in ("1", "true", "yes", "on")
     return bool(v)
 
 
-def from_call(args, kwargs):
+def from_call(args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """``setup``'s arguments as one dict of Mooncake's names (sizes not yet parsed). Raises
     ``TypeError`` for arguments Mooncake's binding refuses."""
     if len(args) == 1 and not kwargs and isinstance(args[0], dict):
-        cfg = dict(DICT_DEFAULTS)
+        given: Dict[str, Any] = dict(DICT_DEFAULTS)
         for k, v in args[0].items():
-            k = DICT_ALIASES.get(k, k)
-            cfg[k] = v
-        return cfg
+            name: Any = DICT_ALIASES.get(k, k)
+            given[name] = v
+        return given
     if len(args) > len(POSITIONAL) + len(KEYWORDS):
         raise TypeError(f"setup() takes at most {len(POSITIONAL) + len(KEYWORDS)} arguments")
     names = POSITIONAL + tuple(KEYWORDS)
-    cfg = dict(zip(names, args))
+    cfg: Dict[str, Any] = dict(zip(names, args))
     for k, v in kwargs.items():
         if k not in names:
             raise TypeError(f"setup() got an unexpected keyword argument {k!r}")

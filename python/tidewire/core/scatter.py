@@ -7,14 +7,16 @@ import threading
 from ctypes import byref, c_int32, c_uint64
 from typing import Any, Callable, List, Optional
 
-from . import _ffi
-from ._core_buffers import _size_array, _timeout_ms, buffer_address
-from ._core_objects import _Owned
-from ._core_types import ScatterRange
-from ._errors import CallbackError, check
-from ._ffi import ScatterRange as _CScatterRange
+from .. import _ffi
+from .._call_guard import CallGuard, guarded
+from .._errors import CallbackError, check
+from .._ffi import ScatterRange as _CScatterRange
+from .buffers import _size_array, _timeout_ms, buffer_address
+from .owned import _Owned
+from .values import ScatterRange
 
 
+@guarded
 class ScatterOp(_Owned):
     """A submitted scatter operation. ``wait(timeout)`` returns the per-fragment results
     (0 = success, else a negative code); ``close`` waits for physical completion and frees it.
@@ -24,6 +26,7 @@ class ScatterOp(_Owned):
     def __init__(self, engine: Any, ranges: List[ScatterRange],
                  callback: Optional[Callable[[int, int], None]]) -> None:
         self._engine = engine
+        self._guard: CallGuard = engine._guard
         self._freed = True  # until the submit succeeds
         self.id = 0
         self._user_cb = callback
@@ -61,8 +64,9 @@ class ScatterOp(_Owned):
         else:
             self._cfn = _ffi.FRAGMENT_CALLBACK(self._trampoline)
         out = c_uint64()
-        check(engine._lib.tw_scatter_submit(engine._handle(), crs, len(ranges), self._cfn, None,
-                                            byref(out)))
+        with self._guard.counted():
+            check(engine._lib.tw_scatter_submit(engine._handle(), crs, len(ranges), self._cfn,
+                                                None, byref(out)))
         self.id = out.value
         self._keep = keep  # local buffers must stay alive until the operation is freed
         self._freed = False

@@ -10,9 +10,9 @@ from array import array
 from ctypes import byref, c_size_t, c_uint64, c_void_p
 from typing import Any, Iterable, Optional, Sequence, Tuple, Union
 
-from ._core_types import Segment
-from ._ffi import TransferRequest as _CRequest
-from ._ffi import TransferStatus as _CStatus
+from .._ffi import TransferRequest as _CRequest
+from .._ffi import TransferStatus as _CStatus
+from .values import Segment
 
 
 
@@ -177,7 +177,8 @@ _tls = threading.local()
 
 def _scratch() -> _Scratch:
     try:
-        return _tls.s
+        s: _Scratch = _tls.s
+        return s
     except AttributeError:
         s = _tls.s = _Scratch()
         return s

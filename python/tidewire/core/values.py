@@ -7,8 +7,9 @@ import enum
 from ctypes import byref, c_int32
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Union
 
-from . import _ffi
-from ._errors import check
+from .. import _ffi
+from .._call_guard import CallGuard, guarded
+from .._errors import check
 
 
 class Opcode(enum.IntEnum):
@@ -132,13 +133,15 @@ class ScatterRange:
                 f"fragments={len(self.lengths)})")
 
 
+@guarded
 class Segment:
     """An open peer segment (``id`` is what requests carry)."""
 
-    __slots__ = ("_engine", "id", "name")
+    __slots__ = ("_engine", "_guard", "id", "name")
 
     def __init__(self, engine: Any, seg_id: int, name: str) -> None:
         self._engine = engine
+        self._guard: CallGuard = engine._guard
         self.id = seg_id
         self.name = name
 
@@ -153,7 +156,8 @@ class Segment:
 
     def descriptor(self) -> Dict[str, Any]:
         """The peer's descriptor (Mooncake JSON) as a dict."""
-        return self._engine.descriptor(self)
+        descriptor: Dict[str, Any] = self._engine.descriptor(self)
+        return descriptor
 
     def notify(self, name: str, msg: str) -> None:
         """Sends a notification to the peer."""

@@ -1,12 +1,13 @@
 """The store's calls into the library: every ``tw_store_*`` call of the package is made here.
 
-:mod:`tidewire._ffi` declares the functions; this module turns Python lists into the C arrays
+:mod:`tidewire._ffi` declares the functions (their store part comes from
+:mod:`tidewire.mooncake_store.signatures`); this module turns Python lists into the C arrays
 they take and their outputs back into lists, and decides nothing else. The Mooncake-compatible
-class (:mod:`tidewire.store`) checks arguments and applies Mooncake's conventions around these
-calls; the pythonic :class:`tidewire.Store` is built on that class. Every function takes the
-``tw_store *`` handle first, and returns what the C function returned (a code, or the code and
-the filled outputs), its codes in Mooncake's numbers (:mod:`tidewire._store_codes`: the C API
-gives two of them other numbers).
+class (:mod:`tidewire.mooncake_store.client`) checks arguments and applies Mooncake's
+conventions around these calls; the pythonic :class:`tidewire.Store` is built on that class.
+Every function takes the ``tw_store *`` handle first, and returns what the C function returned
+(a code, or the code and the filled outputs), its codes in Mooncake's numbers
+(:mod:`tidewire.mooncake_store.codes`: the C API gives two of them other numbers).
 """
 
 import ctypes
@@ -15,10 +16,10 @@ from array import array
 from ctypes import POINTER, byref, c_char_p, c_int64, c_size_t, c_uint64, c_void_p
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from . import _ffi
-from ._store_args import _PTR_CODE, _SIZE_CODE, _codes, _key_list
-from ._store_codes import from_c, results
-from ._store_ffi import MAX_REPLICAS, AllocFn, ReplicaC, StoreValue
+from .. import _ffi
+from .arguments import _PTR_CODE, _SIZE_CODE, _codes, _key_list
+from .codes import from_c, results
+from .signatures import MAX_REPLICAS, AllocFn, ReplicaC, StoreValue
 
 Handle = Any  # a ctypes.c_void_p holding the tw_store *
 Keys = Sequence[bytes]

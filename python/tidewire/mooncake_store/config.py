@@ -3,8 +3,9 @@
 
 import enum
 import operator
+from typing import Any, List, Optional
 
-from ._store_ffi import ReplicateConfigC
+from .signatures import ReplicateConfigC
 
 
 class SoftPinAction(enum.IntEnum):
@@ -49,23 +50,23 @@ class ReplicateConfig:
     (there are no NoF or DFS tiers); ``data_type``; ``group_ids`` and ``session_ids`` (no
     group leases, group eviction or write sessions)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.replica_num = 1
         self.nof_replica_num = 0
         self.dfs_replica_num = 0
         self.soft_pin_action = SoftPinAction.PRESERVE
-        self.soft_pin_ttl_ms = None
+        self.soft_pin_ttl_ms: Optional[int] = None
         self.with_soft_pin = False
         self.with_hard_pin = False
-        self.preferred_segments = []
+        self.preferred_segments: List[str] = []
         self.preferred_segment = ""
-        self.preferred_nof_segments = []
+        self.preferred_nof_segments: List[str] = []
         self.prefer_alloc_in_same_node = False
         self.data_type = ObjectDataType.UNKNOWN
-        self.group_ids = None
-        self.session_ids = None
+        self.group_ids: Optional[List[Any]] = None
+        self.session_ids: Optional[List[Any]] = None
 
-    def _soft_pin(self):
+    def _soft_pin(self) -> Optional[bool]:
         """Whether the write soft-pins, or None when the fields conflict (a TTL without
         ``ENABLE``, or an unknown action)."""
         try:
@@ -78,7 +79,7 @@ class ReplicateConfig:
             return False
         return action == SoftPinAction.ENABLE or bool(self.with_soft_pin)
 
-    def _c(self, local=None):
+    def _c(self, local: Optional[str] = None) -> Optional[ReplicateConfigC]:
         """The C config, or None when Mooncake refuses this one (-600). ``local``: the calling
         client's segment name, given by the calls that take ``prefer_alloc_in_same_node``."""
         soft = self._soft_pin()
@@ -105,7 +106,7 @@ class ReplicateConfig:
             ",".join(names).encode() if names else None,
         )
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"ReplicateConfig(replica_num={self.replica_num}, "
             f"soft_pin_action={getattr(self.soft_pin_action, 'name', self.soft_pin_action)}, "

@@ -6,11 +6,12 @@ from __future__ import annotations
 from ctypes import byref, c_uint64
 from typing import Any, List, Optional, Tuple, TypeVar
 
-from . import _ffi
-from ._core_buffers import Requests, _scratch, _timeout_ms
-from ._core_types import TaskState, TaskStatus
-from ._errors import check, error_for
-from ._ffi import TransferStatus as _CStatus
+from .. import _ffi
+from .._call_guard import CallGuard, guarded
+from .._errors import check, error_for
+from .._ffi import TransferStatus as _CStatus
+from .buffers import Requests, _scratch, _timeout_ms
+from .values import TaskState, TaskStatus
 
 _T = TypeVar("_T")
 
@@ -37,15 +38,17 @@ class _Owned:
             pass
 
 
+@guarded
 class Registration(_Owned):
     """A registered memory range; unregister with :meth:`close` (or a ``with`` block)."""
 
-    __slots__ = ("_engine", "addr", "length", "location", "remote_accessible", "_keep",
+    __slots__ = ("_engine", "_guard", "addr", "length", "location", "remote_accessible", "_keep",
                  "__weakref__")
 
     def __init__(self, engine: Any, addr: int, length: int, location: str,
                  remote_accessible: bool, keep: Any) -> None:
         self._engine = engine
+        self._guard: CallGuard = engine._guard
         self.addr = addr
         self.length = length
         self.location = location
@@ -69,12 +72,12 @@ class Registration(_Owned):
 
     unregister = close
 
-
     def __repr__(self) -> str:
         state = "registered" if self.registered else "closed"
         return f"<Registration {self.addr:#x}+{self.length} {state}>"
 
 
+@guarded
 class Batch:
     """A batch of requests: ``submit`` (any number of times, up to ``capacity`` requests in
     all), ``status(i)``, ``wait(timeout)``; ``close`` frees it. A ``with`` block waits for work
@@ -84,9 +87,11 @@ class Batch:
     def __init__(self, engine: Any, capacity: int) -> None:
         self._freed = True  # until the allocation succeeds
         self._engine = engine
+        self._guard: CallGuard = engine._guard
         self.capacity = capacity
         out = c_uint64()
-        check(engine._lib.tw_batch_alloc(engine._handle(), capacity, byref(out)))
+        with self._guard.counted():
+            check(engine._lib.tw_batch_alloc(engine._handle(), capacity, byref(out)))
         self.id = out.value
         self._keep: List[Any] = []
         self._count = 0
@@ -200,7 +205,8 @@ class Batch:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._release()
+        with self._guard.counted():
+            self._release()
 
     def __del__(self) -> None:
         # A finalizer never waits for the transfer: a batch still in flight goes to its
@@ -221,12 +227,14 @@ class Batch:
         return f"<Batch {self.id:#x} tasks={self._count}/{self.capacity}>"
 
 
+@guarded
 class StreamOp(_Owned):
     """A transfer ordered on a CUDA stream (:meth:`Engine.transfer_on_stream`): ``status()``,
     ``wait(timeout)``; ``close`` frees it once finished."""
 
     def __init__(self, engine: Any, op_id: int, keep: Any) -> None:
         self._engine = engine
+        self._guard: CallGuard = engine._guard
         self.id = op_id
         self._keep = keep
         self._freed = False

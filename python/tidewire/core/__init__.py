@@ -6,20 +6,21 @@ int address or as an object with the writable buffer protocol (``bytearray``, ``
 ``bytearray``, kept from resizing) for as long as the library may touch them. Every call into
 the library releases the GIL.
 
-The objects live in private modules, one per object family, all re-exported here (import them
-from :mod:`tidewire.core` or :mod:`tidewire`): :mod:`~tidewire._core_types` (values and
-:class:`Segment`), :mod:`~tidewire._core_buffers` (buffer addresses, :class:`RequestArray`),
-:mod:`~tidewire._core_objects` (:class:`Registration`, :class:`Batch`, :class:`StreamOp`),
-:mod:`~tidewire._core_scatter` (:class:`ScatterOp`) and :mod:`~tidewire._core_engine`
-(:class:`Engine`). They and :mod:`tidewire._store_core` are the only modules that call the
-library's functions; :mod:`tidewire._ffi` declares them.
+The objects live in the modules of this package, one per object family, all re-exported here
+(import them from :mod:`tidewire.core` or :mod:`tidewire`): :mod:`~tidewire.core.values`
+(values and :class:`Segment`), :mod:`~tidewire.core.buffers` (buffer addresses,
+:class:`RequestArray`), :mod:`~tidewire.core.owned` (:class:`Registration`, :class:`Batch`,
+:class:`StreamOp`), :mod:`~tidewire.core.scatter` (:class:`ScatterOp`) and
+:mod:`~tidewire.core.engine` (:class:`Engine`). They and :mod:`tidewire.mooncake_store.native`
+are the only modules that call the library's functions; :mod:`tidewire._ffi` declares them.
+Every class here that uses the engine's handle is guarded (:mod:`tidewire._call_guard`).
 """
 
-from ._core_buffers import U64, RequestArray, buffer_address
-from ._core_engine import Engine
-from ._core_objects import Batch, Registration, StreamOp
-from ._core_scatter import ScatterOp
-from ._core_types import (
+from .buffers import U64, RequestArray, buffer_address
+from .engine import Engine
+from .owned import Batch, Registration, StreamOp
+from .scatter import ScatterOp
+from .values import (
     CONFIG_KEYS,
     LOCAL_SEGMENT,
     READ,

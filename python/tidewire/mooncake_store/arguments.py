@@ -5,7 +5,7 @@ import ctypes
 import operator
 from array import array
 from ctypes import POINTER, c_char_p, c_int32, c_size_t, c_uint64, c_void_p
-from typing import Any, Union
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 #: A store key: ``str`` (used as its UTF-8 bytes) or ``bytes``/``bytearray`` (see ``_key_bytes``).
 Key = Union[str, bytes, bytearray]
@@ -19,16 +19,16 @@ _new_bytes.argtypes = [c_void_p, ctypes.c_ssize_t]
 _BYTES_MAX = 1 << 62
 
 
-def _bytes_address(b):
+def _bytes_address(b: bytes) -> int:
     """Address of a ``bytes`` object's contents (no copy)."""
-    return ctypes.cast(c_char_p(b), c_void_p).value
+    return ctypes.cast(c_char_p(b), c_void_p).value or 0
 
 
 _PTR_CODE = "Q" if ctypes.sizeof(c_void_p) == 8 else "I"
 _SIZE_CODE = "Q" if ctypes.sizeof(c_size_t) == 8 else "I"
 
 
-def _key_bytes(key):
+def _key_bytes(key: Any) -> bytes:
     """A key as the library takes it: a ``str`` as its UTF-8 bytes (lone surrogates kept, so the
     library refuses them as invalid UTF-8), ``bytes``/``bytearray`` as they are. Any other type
     raises ``TypeError``."""
@@ -41,7 +41,7 @@ def _key_bytes(key):
     raise TypeError(f"a store key must be str, not {type(key).__name__}")
 
 
-def _key_list(keys):
+def _key_list(keys: Any) -> List[bytes]:
     """A batch's keys as bytes (see ``_key_bytes``). A ``str`` or ``bytes`` where the list should
     be, or something that is not iterable, raises ``TypeError``."""
     if isinstance(keys, (str, bytes, bytearray)):
@@ -57,15 +57,15 @@ def _key_list(keys):
     return packed if packed is not None else [_key_bytes(k) for k in keys]
 
 
-class _PackedKeys(list):
+class _PackedKeys(List[bytes]):
     """Encoded keys (a list of ``bytes``, as ``_key_list`` gives) that also hold ``blob``: the
-    keys' UTF-8 joined by NUL bytes, which ``_store_core._c_keys`` hands to the library to split
+    keys' UTF-8 joined by NUL bytes, which ``native._c_keys`` hands to the library to split
     (``tw_store_split_keys``) instead of joining again."""
 
     blob: bytes
 
 
-def _packed_str_keys(keys):
+def _packed_str_keys(keys: List[Any]) -> Optional[_PackedKeys]:
     """The fast path of ``_key_list`` for a list of ``str`` without NUL: one join, one encode
     and one split, all C loops (1024 keys: ~34 us, against ~140 us key by key). None when a key
     is not a ``str`` or holds a NUL (the caller goes key by key)."""
@@ -84,7 +84,7 @@ def _packed_str_keys(keys):
     return out
 
 
-def _key_list_of_lists(groups):
+def _key_list_of_lists(groups: Any) -> List[Any]:
     """``get_into_ranges``' ``all_keys``: a list of key lists (``TypeError`` otherwise)."""
     if isinstance(groups, (str, bytes, bytearray)):
         raise TypeError(f"all_keys must be a list of lists of str, not {type(groups).__name__}")
@@ -96,14 +96,14 @@ def _key_list_of_lists(groups):
         ) from None
 
 
-def _codes(n):
+def _codes(n: int) -> Tuple["array[int]", Any]:
     """Per-key results for the library to fill: (array("i") of ``n`` zeros, its pointer).
     ``.tolist()`` on it is much cheaper than ``list()`` of a ctypes array."""
     out = array("i", bytes(4 * n))
     return out, ctypes.cast(out.buffer_info()[0], POINTER(c_int32))
 
 
-def _address(value):
+def _address(value: Any) -> Tuple[int, int, Any]:
     """(address, length, keepalive) of a bytes-like object, without copying when possible."""
     if isinstance(value, bytes):
         return ctypes.cast(c_char_p(value), c_void_p).value or 0, len(value), value
@@ -122,7 +122,7 @@ def _address(value):
     return ctypes.addressof(arr), n, (mv, arr)
 
 
-def _ints(values, limit):
+def _ints(values: Iterable[Any], limit: int) -> Optional[List[int]]:
     """Integers (anything with ``__index__``, e.g. numpy scalars) in ``[0, limit)``, or None."""
     out = []
     for v in values:
@@ -138,15 +138,17 @@ def _ints(values, limit):
     return out
 
 
-def _sizes_ok(sizes):
+def _sizes_ok(sizes: Iterable[Any]) -> bool:
     return _ints(sizes, 1 << 63) is not None
 
 
-def _ptrs_ok(ptrs):
+def _ptrs_ok(ptrs: Iterable[Any]) -> bool:
     return _ints(ptrs, 1 << 64) is not None
 
 
-def _c_buffers(ptrs, sizes):
+def _c_buffers(ptrs: Sequence[Any], sizes: Sequence[Any]) -> Tuple[Any, Any]:
     """Checked addresses and sizes (see ``_settled_by_args``) as C arrays."""
     n = len(ptrs)
-    return (c_void_p * n)(*_ints(ptrs, 1 << 64)), (c_uint64 * n)(*_ints(sizes, 1 << 63))
+    addrs: Any = _ints(ptrs, 1 << 64)
+    lengths: Any = _ints(sizes, 1 << 63)
+    return (c_void_p * n)(*addrs), (c_uint64 * n)(*lengths)
