@@ -46,6 +46,7 @@ test: layers build rust-test c-tests py-types py-tests interop examples install-
 ## lines (Rust in src/, Python in python/).
 layers:
 	python3 scripts/check_layers.py
+	python3 scripts/check_docs.py
 
 ## The network-namespace tests (tests/hostile_netns.rs) need root; here they fail rather than
 ## skip where namespaces are missing (TIDEWIRE_REQUIRE_NETNS=0 make test skips them, saying so).
@@ -191,7 +192,7 @@ clean:
 ## ---- Hardening: fuzzing, sanitizers, model checking (nightly toolchain) ----------------------
 FUZZ_SECONDS ?= 30
 FUZZ_TARGETS := data_frames handshake_frame descriptor_json http_response rpc_request auth_frames \
-  master_request master_reply
+  master_request master_reply master_http_request
 SAN_TARGET := x86_64-unknown-linux-gnu
 ## Rust tests under the sanitizers: the unit tests and the wire-level integration suites.
 SAN_TESTS ?= --lib --test bad_input --test tcp_loopback --test scatter --test hostile
@@ -240,3 +241,4 @@ valgrind: c-tests
 ## loom models of the lane channel, the completion latch and a batch's completion.
 loom:
 	RUSTFLAGS="--cfg loom" $(CARGO) test --release --target-dir target/loom --lib loom_
+

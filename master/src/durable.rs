@@ -9,8 +9,9 @@
 //! the failover cannot land in another object's bytes.
 
 use super::Master;
+use super::journal_record::{Record, ReplicaAt, decode_snapshot, encode_snapshot};
 use super::segments::Replica;
-use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 use tidewire::etcd::journal::Recovered;
@@ -18,66 +19,29 @@ use tidewire::etcd::journal_writer::JournalWriter;
 use tidewire::log::Level;
 use tidewire::tw_log;
 
-/// A complete object's record; `replicas` are (segment name, offset) of `size` bytes each.
-pub fn put_record(key: &str, size: u64, replicas: &[(Arc<str>, u64)], hard_pin: bool) -> String {
-    json!({"op": "put", "key": key, "size": size, "hard_pin": hard_pin,
-           "replicas": replica_list(replicas, size)})
-    .to_string()
-}
-
-/// Each replica as `[segment name, offset, length]` (the journal's form since its first
-/// version).
-fn replica_list(replicas: &[(Arc<str>, u64)], len: u64) -> Vec<Value> {
-    replicas
-        .iter()
-        .map(|(name, offset)| json!([&**name, offset, len]))
-        .collect()
-}
-
-/// An unfinished write's space (`len` bytes per replica): a new leader keeps it from reuse
-/// until the writer reports.
-pub fn hold_record(
-    key: &str,
-    version: u64,
-    writer: u64,
-    replicas: &[(Arc<str>, u64)],
-    len: u64,
-) -> String {
-    json!({"op": "hold", "key": key, "version": version, "writer": writer,
-           "replicas": replica_list(replicas, len)})
-    .to_string()
-}
-
-/// The write's space is no longer held (freed, or published: a put record follows).
-pub fn unhold_record(key: &str, version: u64) -> String {
-    json!({"op": "unhold", "key": key, "version": version}).to_string()
-}
-
-/// A removed key's record.
-pub fn del_record(key: &str) -> String {
-    json!({"op": "del", "key": key}).to_string()
-}
-
-fn mount_record(client: u64, name: &str, base: u64, size: u64) -> Value {
-    json!({"op": "mount", "client": client, "name": name, "base": base, "size": size})
-}
-
 impl Master {
     /// Queues a record when this master journals (no-op otherwise).
-    pub(super) fn journal_record(&self, record: impl FnOnce() -> String) {
+    pub(super) fn journal_record<'a>(&self, record: impl FnOnce() -> Record<'a>) {
         if let Some(sink) = self.objs.sink.get() {
-            sink(record());
+            sink(record().encode());
         }
     }
 
     pub(super) fn journal_mount(&self, client: u64, name: &str, base: u64, size: u64) {
-        self.journal_record(|| mount_record(client, name, base, size).to_string());
+        self.journal_record(|| Record::Mount {
+            client,
+            name: Cow::Borrowed(name),
+            base,
+            size,
+        });
     }
 
     pub(super) fn journal_unmount(&self, ids: &HashSet<u32>) {
         for id in ids {
             if let Some(name) = self.segs.name_of(*id) {
-                self.journal_record(|| json!({"op": "unmount", "name": name}).to_string());
+                self.journal_record(|| Record::Unmount {
+                    name: Cow::Borrowed(&*name),
+                });
             }
         }
     }
@@ -93,89 +57,90 @@ impl Master {
 
     /// The whole durable state, for a journal snapshot.
     pub fn snapshot_json(&self) -> String {
-        let segments: Vec<Value> = self
-            .segs
-            .list()
-            .into_iter()
-            .map(|(c, n, b, s)| mount_record(c, &n, b, s))
-            .collect();
-        let objects: Vec<Value> = self
-            .objs
-            .export()
-            .into_iter()
-            .map(|(k, size, reps, pin)| {
-                let named = self.segs.named(&reps);
-                serde_json::from_str(&put_record(&k, size, &named, pin)).unwrap_or(Value::Null)
-            })
-            .collect();
-        let holds: Vec<Value> = self
-            .objs
-            .export_holds()
-            .into_iter()
-            .map(|(k, version, writer, len, reps)| {
-                let named = self.segs.named(&reps);
-                serde_json::from_str(&hold_record(&k, version, writer, &named, len))
-                    .unwrap_or(Value::Null)
-            })
-            .collect();
-        json!({"segments": segments, "objects": objects, "holds": holds}).to_string()
+        let segments = self.segs.list();
+        let objects = self.objs.export();
+        let holds = self.objs.export_holds();
+        let object_names: Vec<_> = objects.iter().map(|o| self.segs.named(&o.2)).collect();
+        let hold_names: Vec<_> = holds.iter().map(|h| self.segs.named(&h.4)).collect();
+        encode_snapshot(
+            segments
+                .iter()
+                .map(|(client, name, base, size)| Record::Mount {
+                    client: *client,
+                    name: Cow::Borrowed(&**name),
+                    base: *base,
+                    size: *size,
+                }),
+            objects
+                .iter()
+                .zip(object_names)
+                .map(|((key, size, _, pin), named)| Record::put(key, *size, named, *pin)),
+            holds
+                .iter()
+                .zip(hold_names)
+                .map(|((key, version, writer, len, _), named)| {
+                    Record::hold(key, *version, *writer, named, *len)
+                }),
+        )
     }
 
-    fn apply(&self, r: &Value) {
-        let s = |f: &str| r[f].as_str().unwrap_or_default().to_string();
-        let n = |f: &str| r[f].as_u64().unwrap_or(0);
-        match r["op"].as_str() {
-            Some("mount") => {
-                if self
-                    .segs
-                    .mount(n("client"), &s("name"), n("base"), n("size"))
-                    .is_ok()
-                {
-                    self.touch(n("client"));
+    fn apply(&self, r: Record<'_>) {
+        match r {
+            Record::Mount {
+                client,
+                name,
+                base,
+                size,
+            } => {
+                if self.segs.mount(client, &name, base, size).is_ok() {
+                    self.touch(client);
                 }
             }
-            Some("unmount") => {
-                if let Some(id) = self.segs.id_of(&s("name")) {
+            Record::Unmount { name } => {
+                if let Some(id) = self.segs.id_of(&name) {
                     self.unmount(&HashSet::from([id]));
                 }
             }
-            Some("del") => {
-                self.objs.remove(&s("key"), true, &self.segs, &self.cfg);
+            Record::Del { key } => {
+                self.objs.remove(&key, true, &self.segs, &self.cfg);
             }
-            Some("hold") => {
-                let key = s("key");
+            Record::Hold {
+                key,
+                version,
+                writer,
+                replicas,
+            } => {
                 // Every replica of a write has the same length: the first one's.
-                let len = r["replicas"][0][2].as_u64().unwrap_or(0);
-                let reps = self.reserve_replicas(&key, r, len);
+                let len = replicas.first().map_or(0, |p| p.len);
+                let reps = self.reserve_replicas(&key, &replicas, len);
                 if !reps.is_empty() {
-                    let hold = (key, n("version"), n("writer"), len, reps);
+                    let hold = (key.into_owned(), version, writer, len, reps);
                     self.objs.restore_hold(hold, &self.cfg);
                 }
             }
-            Some("unhold") => self.objs.release_hold(&s("key"), n("version"), &self.segs),
-            Some("put") => {
-                let key = s("key");
+            Record::Unhold { key, version } => self.objs.release_hold(&key, version, &self.segs),
+            Record::Put {
+                key,
+                size,
+                replicas,
+                hard_pin,
+            } => {
                 self.objs.remove(&key, true, &self.segs, &self.cfg);
-                let reps = self.reserve_replicas(&key, r, n("size"));
+                let reps = self.reserve_replicas(&key, &replicas, size);
                 if !reps.is_empty() {
-                    let durable = (key, n("size"), reps, r["hard_pin"].as_bool() == Some(true));
-                    self.objs.restore(durable, &self.segs);
+                    self.objs
+                        .restore((key.into_owned(), size, reps, hard_pin), &self.segs);
                 }
             }
-            _ => tw_log!(Level::Warn, "master: unknown journal record {r}"),
         }
     }
 
     /// Takes the buffers a record lists back from their segments (those that no longer fit, or
     /// are not `want` bytes long, are dropped, with a warning).
-    fn reserve_replicas(&self, key: &str, r: &Value, want: u64) -> Vec<Replica> {
+    fn reserve_replicas(&self, key: &str, replicas: &[ReplicaAt], want: u64) -> Vec<Replica> {
         let mut reps = Vec::new();
-        for x in r["replicas"].as_array().into_iter().flatten() {
-            let (name, off, len) = (
-                x[0].as_str().unwrap_or_default(),
-                x[1].as_u64().unwrap_or(0),
-                x[2].as_u64().unwrap_or(0),
-            );
+        for p in replicas {
+            let (name, off, len) = (&*p.segment, p.offset, p.len);
             if len != want || len == 0 {
                 tw_log!(
                     Level::Warn,
@@ -196,25 +161,19 @@ impl Master {
     }
 
     /// Rebuilds the state from a journal (on an empty master, before it serves); returns the
-    /// (segments, objects) restored.
+    /// (segments, objects) restored. A snapshot that is not a JSON object fails the restore; a
+    /// malformed record (in the snapshot or after it) is logged and skipped.
     pub fn restore(&self, rec: &Recovered) -> Result<(usize, usize), String> {
+        let mut records = Vec::new();
         if let Some(snap) = &rec.snapshot {
-            let v: Value =
-                serde_json::from_str(snap).map_err(|e| format!("journal snapshot: {e}"))?;
-            for r in v["segments"].as_array().into_iter().flatten() {
-                self.apply(r);
-            }
-            for r in v["objects"].as_array().into_iter().flatten() {
-                self.apply(r);
-            }
-            for r in v["holds"].as_array().into_iter().flatten() {
-                self.apply(r);
-            }
+            records = decode_snapshot(snap).map_err(|e| format!("journal snapshot: {e}"))?;
         }
-        for line in &rec.records {
-            let r: Value =
-                serde_json::from_str(line).map_err(|e| format!("journal record: {e}"))?;
-            self.apply(&r);
+        records.extend(rec.records.iter().map(|line| Record::decode(line)));
+        for r in records {
+            match r {
+                Ok(r) => self.apply(r),
+                Err(e) => tw_log!(Level::Warn, "master: {e}; skipped"),
+            }
         }
         Ok((self.segs.usage().0, self.objs.count()))
     }

@@ -18,7 +18,7 @@ use tidewire::net::{self, AtCap, Limits, Listening, Next, Prefixed, Session, Wan
 use tidewire::sync::LockClean;
 use tidewire::tw_log;
 
-const MAX_HEAD: usize = 16 << 10;
+pub(crate) const MAX_HEAD: usize = 16 << 10;
 const MAX_BODY: usize = 16 << 20;
 const MAX_CONNECTIONS: usize = 128;
 /// Most bytes the metadata store keeps (keys and values together).
@@ -225,6 +225,21 @@ impl Session for HttpSession {
     }
 }
 
+/// The reactor's side of a request for the fuzzer: a function of the bytes received so far
+/// that answers `Some(n)` (wait for `n` bytes) or `None` (hand it to a worker).
+pub(crate) fn fuzz_want(max_head: usize) -> impl FnMut(&[u8]) -> Option<usize> {
+    let handler: Arc<HttpHandler> = Arc::new(|_| HttpResponse::new(200, "text/plain", ""));
+    let mut session = HttpSession {
+        handler,
+        max_head,
+        scanned: 0,
+    };
+    move |head| match session.want(head) {
+        Want::More(n) => Some(n),
+        _ => None,
+    }
+}
+
 /// The `Content-Length` of a request head (0 when absent); `None` when it does not parse.
 fn content_length(head: &str) -> Option<usize> {
     for l in head.split("\r\n").skip(1) {
@@ -251,7 +266,7 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-fn respond(s: &mut impl Write, r: HttpResponse) -> std::io::Result<()> {
+pub(crate) fn respond(s: &mut impl Write, r: HttpResponse) -> std::io::Result<()> {
     let mut head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
         r.status,
@@ -284,17 +299,15 @@ pub fn percent_decode_bytes(s: &str) -> Vec<u8> {
     let mut i = 0;
     while i < b.len() {
         match b[i] {
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
+            b'%' if i + 2 < b.len() => match (hex_digit(b[i + 1]), hex_digit(b[i + 2])) {
+                // Two hex digits exactly (`from_str_radix` would also take a sign: `%+1`).
+                (Some(hi), Some(lo)) => {
+                    out.push(hi << 4 | lo);
+                    i += 3;
+                    continue;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             b'+' => out.push(b' '),
             c => out.push(c),
         }
@@ -303,7 +316,14 @@ pub fn percent_decode_bytes(s: &str) -> Vec<u8> {
     out
 }
 
-fn read_request(s: &mut impl Read, max_head: usize) -> Result<HttpRequest, (u16, String)> {
+fn hex_digit(c: u8) -> Option<u8> {
+    (c as char).to_digit(16).map(|d| d as u8)
+}
+
+pub(crate) fn read_request(
+    s: &mut impl Read,
+    max_head: usize,
+) -> Result<HttpRequest, (u16, String)> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -459,6 +479,9 @@ mod tests {
         );
         assert_eq!(percent_decode("a+b%2"), "a b%2");
         assert_eq!(percent_decode("%zz"), "%zz");
+        // Two hex digits exactly, no sign (the `+` then stands for a space as anywhere).
+        assert_eq!(percent_decode("%-1%1"), "%-1%1");
+        assert_eq!(percent_decode("%+1"), "% 1");
         assert_eq!(percent_decode_bytes("a%00b%20c%ff"), b"a\0b c\xff");
     }
 

@@ -5,7 +5,10 @@
 
 pub mod admin;
 pub mod durable;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
+pub mod journal_record;
 pub mod metrics;
 pub mod objects;
 mod os_memory;

@@ -18,6 +18,7 @@
 //! and compact the slab and the key buffer behind them.
 
 use super::MasterConfig;
+use super::journal_record::Record;
 use super::segments::{Placed, Replica, Segments};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -288,10 +289,10 @@ impl Shard {
         kv: &KeyVersion,
         writer: u64,
         segs: &Segments,
-        emit: &dyn Fn(String),
+        emit: &dyn Fn(Record<'_>),
     ) -> i32 {
         if writer_done(&mut self.retired, kv.version, writer, segs) {
-            emit(super::durable::unhold_record(&kv.key, kv.version));
+            emit(Record::unhold(&kv.key, kv.version));
         }
         match present {
             true => code::INVALID_WRITE,
@@ -390,9 +391,10 @@ impl Objects {
         nanos(self.epoch.elapsed()).saturating_add(1)
     }
 
-    fn emit(&self, record: impl FnOnce() -> String) {
+    /// Queues a journal record when this master journals (built only then).
+    fn emit<'a>(&self, record: impl FnOnce() -> Record<'a>) {
         if let Some(sink) = self.sink.get() {
-            sink(record());
+            sink(record().encode());
         }
     }
 
@@ -523,7 +525,7 @@ impl Objects {
             return c;
         }
         sh.remove_slot(slot, segs, cfg, None, |key| {
-            self.emit(|| super::durable::del_record(key));
+            self.emit(|| Record::del(key));
         });
         self.removed.fetch_add(1, Ordering::Relaxed);
         code::OK

@@ -2,6 +2,7 @@
 //! stale writes discarded, soft pins expired, sparse slabs compacted, and eviction.
 
 use super::super::MasterConfig;
+use super::super::journal_record::Record;
 use super::super::segments::Segments;
 use super::holds::hold_live;
 use super::{NEVER, Objects, SHARDS, Shard, Tick, drop_pending, lease_active, nanos};
@@ -106,7 +107,7 @@ impl Objects {
                 r.holds.retain(|h| hold_live(h, now, cfg, alive));
             }
             for (key, version) in sh.free_due(now, segs) {
-                self.emit(|| super::super::durable::unhold_record(&key, version));
+                self.emit(|| Record::unhold(&key, version));
             }
             if sh.watch_at <= now {
                 if budget > 0 {
@@ -182,7 +183,7 @@ impl Objects {
                 continue;
             }
             let removed = sh.remove_slot(c.slot, segs, cfg, None, |key| {
-                self.emit(|| super::super::durable::del_record(key));
+                self.emit(|| Record::del(key));
             });
             if removed {
                 self.removed.fetch_add(1, Relaxed);

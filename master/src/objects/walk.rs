@@ -11,6 +11,7 @@
 //! runs may or may not be removed by it (as with any removal racing a put).
 
 use super::super::MasterConfig;
+use super::super::journal_record::Record;
 use super::super::segments::Segments;
 use super::{Objects, SHARDS};
 use std::sync::atomic::Ordering;
@@ -82,7 +83,7 @@ impl Objects {
                         continue;
                     }
                     let gone = sh.remove_slot(s, segs, cfg, Some(&mut frees), |key| {
-                        self.emit(|| super::super::durable::del_record(key));
+                        self.emit(|| Record::del(key));
                     });
                     removed += i64::from(gone);
                 }

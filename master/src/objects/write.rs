@@ -48,7 +48,7 @@ impl Objects {
                 if in_place {
                     let mut v = o.complete.take().unwrap_or_else(|| unreachable!());
                     // Its bytes are about to be overwritten: no longer durable until PutEnd.
-                    self.emit(|| crate::durable::del_record(key));
+                    self.emit(|| Record::del(key));
                     v.id = self.version_id();
                     let result = StartResult {
                         code: code::OK,
@@ -57,7 +57,7 @@ impl Objects {
                     };
                     self.emit(|| {
                         let named = segs.named(v.replicas.as_slice());
-                        crate::durable::hold_record(key, v.id, writer, &named, v.size)
+                        Record::hold(key, v.id, writer, named, v.size)
                     });
                     o.pending = Some(Box::new(Pending {
                         v,
@@ -106,7 +106,7 @@ impl Objects {
         };
         self.emit(|| {
             let named = segs.named(replicas.as_slice());
-            crate::durable::hold_record(key, id, writer, &named, size)
+            Record::hold(key, id, writer, named, size)
         });
         let old = o.pending.replace(Box::new(Pending {
             v: Version {
@@ -147,10 +147,10 @@ impl Objects {
         };
         o.last_access = now;
         let hard_pin = o.hard_pin;
-        self.emit(|| crate::durable::unhold_record(&kv.key, kv.version));
+        self.emit(|| Record::unhold(&kv.key, kv.version));
         self.emit(|| {
             let named = segs.named(p.v.replicas.as_slice());
-            crate::durable::put_record(&kv.key, p.v.size, &named, hard_pin)
+            Record::put(&kv.key, p.v.size, named, hard_pin)
         });
         if let Some(old) = o.complete.replace(p.v) {
             drop_complete(&mut sh.retired, segs, old, None);
@@ -181,7 +181,7 @@ impl Objects {
         if o.complete.is_none() {
             sh.table.remove(slot);
         }
-        self.emit(|| crate::durable::unhold_record(&kv.key, kv.version));
+        self.emit(|| Record::unhold(&kv.key, kv.version));
         code::OK
     }
 }

@@ -109,7 +109,7 @@ fn main() {
     tidewire_master::tune_allocator();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match flags::parse(&args) {
-        Ok(None) => print!("{}", flags::USAGE),
+        Ok(None) => print!("{}", flags::usage()),
         Ok(Some(f)) => {
             if let Err(e) = run(f) {
                 eprintln!("tidewire-master: {e}");

@@ -1,111 +1,12 @@
 //! The master's semantics, driven through `Master::handle` (no network): two-phase writes,
 //! upsert cases, readers and retired buffers, leases, pins, eviction, discard of stale writes,
-//! client expiry, validation.
+//! client expiry, validation. (Journal replay on a new leader: `store_journal.rs`.)
 
+mod common;
+use common::requests::*;
 use std::time::Duration;
-use tidewire::store::proto::{
-    GetResult, KeyVersion, PutItem, Reply, Request, StartResult, WriteConfig, code,
-};
+use tidewire::store::proto::{KeyVersion, Reply, Request, WriteConfig, code};
 use tidewire_master::{Master, MasterConfig};
-
-const SEG: u64 = 1 << 20;
-
-fn master(cfg: MasterConfig) -> Master {
-    let m = Master::new(cfg);
-    mount_two(&m);
-    m
-}
-
-/// Mounts segments "a:1" (client 1) and "b:1" (client 2), 1 MiB each.
-fn mount_two(m: &Master) {
-    for (id, name, base) in [(1, "a:1", 0x10_0000u64), (2, "b:1", 0x1000_0000)] {
-        assert_eq!(
-            m.handle(Request::Mount {
-                client_id: id,
-                name: name.into(),
-                base,
-                size: SEG,
-            }),
-            Some(Reply::Ok)
-        );
-    }
-}
-
-fn start(m: &Master, key: &str, size: u64, upsert: bool, cfg: WriteConfig) -> StartResult {
-    match m.handle(Request::PutStart {
-        client_id: 1,
-        upsert,
-        items: vec![PutItem {
-            key: key.into(),
-            size,
-        }],
-        config: cfg,
-    }) {
-        Some(Reply::Started { mut results }) => results.remove(0),
-        other => panic!("{other:?}"),
-    }
-}
-
-fn codes(r: Option<Reply>) -> Vec<i32> {
-    match r {
-        Some(Reply::Codes { codes }) => codes,
-        other => panic!("{other:?}"),
-    }
-}
-
-fn end(m: &Master, key: &str, version: u64) -> i32 {
-    codes(m.handle(Request::PutEnd {
-        client_id: 1,
-        items: vec![KeyVersion {
-            key: key.into(),
-            version,
-        }],
-    }))[0]
-}
-
-/// The client id the tests read as (a client without a segment).
-const READER: u64 = 3;
-
-fn get(m: &Master, key: &str) -> GetResult {
-    get_as(m, READER, key)
-}
-
-fn get_as(m: &Master, client_id: u64, key: &str) -> GetResult {
-    match m.handle(Request::Get {
-        client_id,
-        keys: vec![key.into()],
-    }) {
-        Some(Reply::Replicas { mut results, .. }) => results.remove(0),
-        other => panic!("{other:?}"),
-    }
-}
-
-fn done(m: &Master, key: &str, version: u64) {
-    assert_eq!(
-        m.handle(Request::ReadDone {
-            client_id: READER,
-            items: vec![KeyVersion {
-                key: key.into(),
-                version,
-            }],
-        }),
-        None
-    );
-}
-
-fn put(m: &Master, key: &str, size: u64, upsert: bool) -> StartResult {
-    let s = start(m, key, size, upsert, WriteConfig::default());
-    assert_eq!(s.code, 0, "{key}");
-    assert_eq!(end(m, key, s.version), 0);
-    s
-}
-
-fn remove(m: &Master, key: &str, force: bool) -> i32 {
-    codes(m.handle(Request::Remove {
-        keys: vec![key.into()],
-        force,
-    }))[0]
-}
 
 #[test]
 fn writes_are_invisible_until_end_and_upsert_cases() {
@@ -319,23 +220,6 @@ fn soft_pins_and_replicas() {
     for i in 0..n {
         assert_eq!(get(&m, &format!("s{i}")).code, 0);
     }
-}
-
-fn revoke(m: &Master, key: &str, version: u64) -> i32 {
-    codes(m.handle(Request::PutRevoke {
-        client_id: 1,
-        items: vec![KeyVersion {
-            key: key.into(),
-            version,
-        }],
-    }))[0]
-}
-
-fn ping(m: &Master, client_id: u64) {
-    assert!(matches!(
-        m.handle(Request::Ping { client_id }),
-        Some(Reply::Pong { .. })
-    ));
 }
 
 /// Whether `key`'s buffers are free of read holds: an upsert of the same size rewrites them in
@@ -588,81 +472,6 @@ fn a_restarted_owner_takes_over_its_suspended_segment_name() {
         mount(9),
         Some(Reply::Ok),
         "the silent owner's name is taken over"
-    );
-}
-
-/// A master whose journal records are collected in memory (no etcd).
-fn journaled(cfg: MasterConfig) -> (Master, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let m = Master::new(cfg);
-    let l = log.clone();
-    m.record_into(Box::new(move |r| l.lock().unwrap().push(r)));
-    mount_two(&m);
-    (m, log)
-}
-
-fn failover(log: &std::sync::Mutex<Vec<String>>) -> Master {
-    let next = Master::new(MasterConfig::default());
-    let rec = tidewire::etcd::journal::Recovered {
-        snapshot: None,
-        records: log.lock().unwrap().clone(),
-        batches: 1,
-    };
-    next.restore(&rec).unwrap();
-    next
-}
-
-#[test]
-fn a_write_in_flight_across_a_failover_cannot_land_in_another_object() {
-    // Known gap closed: the new leader rebuilt only complete objects, so it could hand the
-    // space of a write still in flight to another object, and the stalled writer's bytes would
-    // land in it. Now the journal keeps held write space until its writer reports.
-    let (m, log) = journaled(MasterConfig::default());
-    put(&m, "done", 1000, true);
-    let stalled = start(&m, "stalled", 900 << 10, true, WriteConfig::default());
-    let preempted = start(&m, "p", 900 << 10, true, WriteConfig::default());
-    let winner = start(&m, "p", 64, true, WriteConfig::default());
-    assert_eq!(end(&m, "p", winner.version), 0);
-    // Another write finished cleanly: its space is not held at the new leader.
-    let clean = start(&m, "clean", 50 << 10, true, WriteConfig::default());
-    assert_eq!(end(&m, "clean", clean.version), 0);
-    assert_eq!(remove(&m, "clean", true), 0);
-
-    let next = failover(&log);
-    assert_eq!(get(&next, "done").code, 0, "complete objects survive");
-    assert_eq!(get(&next, "stalled").code, code::OBJECT_NOT_FOUND);
-    let gp = get(&next, "p");
-    assert_eq!(
-        (gp.code, gp.size),
-        (0, 64),
-        "the pre-empting write was published"
-    );
-    // (The refused allocation below evicts what it can: "done", not "p", leased by that get.)
-    // Both segments are nearly full of held write space: a new 900 KiB object fits nowhere.
-    assert_eq!(
-        start(&next, "other", 900 << 10, true, WriteConfig::default()).code,
-        code::NO_AVAILABLE_HANDLE,
-        "held write space was handed out"
-    );
-    let ranges = |s: &StartResult| (s.replicas[0].addr, s.replicas[0].addr + s.replicas[0].len);
-    let small = start(&next, "small", 50 << 10, true, WriteConfig::default());
-    assert_eq!(small.code, 0, "space freed by clean writes is usable");
-    for held in [&stalled, &preempted] {
-        let (a, b) = ranges(held);
-        let (c, d) = ranges(&small);
-        assert!(d <= a || c >= b, "new object overlaps held write space");
-    }
-    // The stalled writer reports at the new leader: its put failed, and its space comes back.
-    assert_eq!(
-        end(&next, "stalled", stalled.version),
-        code::OBJECT_NOT_FOUND
-    );
-    assert_eq!(revoke(&next, "p", preempted.version), code::INVALID_WRITE);
-    let again = start(&next, "other", 900 << 10, true, WriteConfig::default());
-    assert_eq!(again.code, 0, "reported write space was freed");
-    assert!(
-        again.version > preempted.version,
-        "version ids never repeat"
     );
 }
 

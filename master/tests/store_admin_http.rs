@@ -2,13 +2,12 @@
 //! content type and JSON shape; bad input (unknown route, wrong method, missing, empty, too long
 //! or non-UTF-8 parameters); keys with a NUL and a space through percent-encoding; listings cut
 //! at their caps with the truncation shown; a reader that never reads its reply does not hold
-//! the master; the `tidewire-master` binary serves them on exactly the address it is given; HA
-//! masters on a real etcd report leader and standby (and the standby refuses the data routes).
+//! the master. (The `tidewire-master` binary serving them, alone and as HA masters on a real
+//! etcd: `store_admin_http_processes.rs`.)
 
 mod common;
+use common::http_client::{Resp, enc, get, parse, request};
 
-use serde_json::Value;
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -21,83 +20,6 @@ use tidewire_master::http::HttpServer;
 use tidewire_master::{Master, MasterConfig};
 
 const SEG: u64 = 1 << 30;
-
-struct Resp {
-    status: u16,
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
-    }
-    fn text(&self) -> String {
-        String::from_utf8(self.body.clone()).unwrap()
-    }
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(&name.to_ascii_lowercase())
-            .map(String::as_str)
-            .unwrap_or("")
-    }
-}
-
-fn parse(raw: &[u8]) -> Resp {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a reply head");
-    let head = std::str::from_utf8(&raw[..end]).unwrap();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Resp {
-        status,
-        headers,
-        body: raw[end + 4..].to_vec(),
-    }
-}
-
-fn request(addr: SocketAddr, method: &str, target: &str) -> Resp {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(s, "{method} {target} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let r = parse(&raw);
-    if let Some(n) = r.headers.get("content-length") {
-        assert_eq!(n.parse::<usize>().unwrap(), r.body.len());
-    }
-    r
-}
-
-fn get(addr: SocketAddr, target: &str) -> Resp {
-    request(addr, "GET", target)
-}
-
-/// Percent-encodes every byte that is not unreserved.
-fn enc(b: &[u8]) -> String {
-    b.iter()
-        .map(|c| match c {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (*c as char).to_string()
-            }
-            _ => format!("%{c:02X}"),
-        })
-        .collect()
-}
 
 /// A master with segments `a:1` (client 1) and `b:1` (client 2), 1 GiB each.
 fn master() -> Arc<Master> {
@@ -595,86 +517,4 @@ fn a_standby_answers_health_but_not_data_routes() {
                            "view_version": 7})
     );
     assert_eq!(get(addr, "/get_all_segments").text(), "a:1\nb:1\n");
-}
-
-#[test]
-fn the_binary_serves_them_on_exactly_the_metrics_address() {
-    let (mut child, ready) = common::master::spawn_master([
-        "--rpc_address=127.0.0.1",
-        "--rpc_port=0",
-        "--metrics_host=127.0.0.1",
-        "--metrics_port=0",
-    ]);
-    let port = ready["metrics_port"].as_u64().unwrap() as u16;
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    // No segment yet: SGLang's check_server keeps waiting on an empty body.
-    let r = get(addr, "/get_all_segments");
-    assert_eq!((r.status, r.text().as_str()), (200, ""));
-    assert_eq!(get(addr, "/health").json()["status"], "ok");
-    assert_eq!(get(addr, "/role").text(), "leader");
-    assert_eq!(get(addr, "/ha_status").text(), "serving");
-    assert_eq!(get(addr, "/get_all_keys").text(), "");
-    assert_eq!(get(addr, "/nope").status, 404);
-    // Bound to 127.0.0.1 only: another loopback address is refused.
-    let other: SocketAddr = format!("127.0.0.2:{port}").parse().unwrap();
-    assert!(TcpStream::connect_timeout(&other, Duration::from_secs(2)).is_err());
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-#[test]
-fn ha_masters_report_their_role_and_the_leader() {
-    let etcd = common::etcd::Etcd::single();
-    let endpoints = format!("--etcd_endpoints={}", etcd.endpoints());
-    let start = || {
-        let (child, v) = common::master::spawn_master([
-            "--rpc_address=127.0.0.1",
-            "--rpc_port=0",
-            "--metrics_host=127.0.0.1",
-            "--metrics_port=0",
-            "--enable_ha=true",
-            "--ha_lease_ttl=2",
-            &endpoints,
-        ]);
-        let rpc = format!("127.0.0.1:{}", v["rpc_port"]);
-        let http: SocketAddr = format!("127.0.0.1:{}", v["metrics_port"]).parse().unwrap();
-        (child, rpc, http)
-    };
-    let wait = |what: &str, f: &dyn Fn() -> bool| {
-        let t0 = Instant::now();
-        while !f() {
-            assert!(t0.elapsed() < Duration::from_secs(30), "{what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    let (mut a, a_rpc, a_http) = start();
-    wait("a leads", &|| get(a_http, "/role").text() == "leader");
-    assert_eq!(get(a_http, "/ha_status").text(), "serving");
-    let l = get(a_http, "/leader").json();
-    assert_eq!(l["present"], true);
-    assert_eq!(l["leader_address"], a_rpc.as_str());
-    assert!(l["view_version"].is_u64(), "{l}");
-    let h = get(a_http, "/health").json();
-    assert_eq!(
-        (h["role"].as_str(), h["service_ready"].as_bool()),
-        (Some("leader"), Some(true))
-    );
-    assert_eq!(get(a_http, "/get_all_segments").status, 200);
-
-    let (mut b, _b_rpc, b_http) = start();
-    wait("b follows a", &|| {
-        get(b_http, "/leader").json()["leader_address"] == a_rpc.as_str()
-    });
-    assert_eq!(get(b_http, "/role").text(), "standby");
-    assert_eq!(get(b_http, "/ha_status").text(), "standby");
-    assert_eq!(get(b_http, "/health").json()["service_ready"], false);
-    let r = get(b_http, "/get_all_segments");
-    assert_eq!(
-        (r.status, r.json()["error_code"].as_i64()),
-        (503, Some(-1011))
-    );
-    for c in [&mut a, &mut b] {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
 }

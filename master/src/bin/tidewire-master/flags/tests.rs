@@ -1,0 +1,254 @@
+//! The flag table and its parser: Mooncake's spellings, defaults, errors, the golden `--help`
+//! text and the flags the docs name.
+
+use super::*;
+
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn parses_transfer_queues_command_line() {
+    let f = parse(&args(&[
+        "-client_ttl=30",
+        "-default_kv_lease_ttl=999999",
+        "-default_kv_soft_pin_ttl=999999",
+        "--allow_evict_soft_pinned_objects=false",
+        "--rpc_address=127.0.0.1",
+        "--rpc_port=5555",
+        "--eviction_high_watermark_ratio=1.0",
+        "--eviction_ratio=0.0",
+        "--enable_http_metadata_server=true",
+        "--http_metadata_server_host=127.0.0.1",
+        "--http_metadata_server_port=5556",
+    ]))
+    .unwrap()
+    .unwrap();
+    assert_eq!(f.rpc_address, "127.0.0.1");
+    assert_eq!(f.rpc_port, 5555);
+    assert_eq!(f.master.client_ttl, Duration::from_secs(30));
+    assert_eq!(f.master.lease_ttl, Duration::from_millis(999_999));
+    assert!(!f.master.allow_evict_soft_pinned);
+    assert!(f.enable_http_metadata_server);
+    assert_eq!(f.http_metadata_server_port, 5556);
+    assert_eq!(f.master.eviction_ratio, 0.0);
+}
+
+#[test]
+fn ha_flags_as_mooncake_spells_them() {
+    let f = parse(&args(&["--enable_ha=true", "--etcd_endpoints=a:1;b:2"]))
+        .unwrap()
+        .unwrap();
+    let ha = f.ha.unwrap();
+    assert_eq!(
+        (ha.endpoints.as_str(), ha.lease_ttl, ha.oplog),
+        ("a:1;b:2", 5, false)
+    );
+    let f = parse(&args(&[
+        "--enable_ha",
+        "--ha_backend_connstring=c:3",
+        "--etcd_endpoints=a:1",
+        "--ha_lease_ttl=2",
+        "--enable_oplog",
+    ]))
+    .unwrap()
+    .unwrap();
+    let ha = f.ha.unwrap();
+    assert_eq!(
+        (ha.endpoints.as_str(), ha.lease_ttl, ha.oplog),
+        ("c:3", 2, true)
+    );
+    assert!(
+        parse(&args(&["--etcd_endpoints=a:1"]))
+            .unwrap()
+            .unwrap()
+            .ha
+            .is_none()
+    );
+    assert!(
+        parse(&args(&["--enable_ha=true"])).is_err(),
+        "needs endpoints"
+    );
+    assert!(parse(&args(&["--ha_backend_type=redis"])).is_err());
+    assert!(parse(&args(&["--ha_lease_ttl=0"])).is_err());
+}
+
+#[test]
+fn rejects_unknown_and_bad_values() {
+    assert!(
+        parse(&args(&["--nope=1"]))
+            .unwrap_err()
+            .contains("unknown flag")
+    );
+    assert!(parse(&args(&["--rpc_port=x"])).is_err());
+    assert!(parse(&args(&["--eviction_ratio=2"])).is_err());
+    assert!(parse(&args(&["rpc_port=1"])).is_err());
+    assert!(parse(&args(&["--allocation_strategy=cxl"])).is_err());
+    assert_eq!(duration("x", "5s").unwrap(), Duration::from_secs(5));
+    assert_eq!(duration("x", "2m").unwrap(), Duration::from_secs(120));
+    assert!(parse(&args(&["--help"])).unwrap().is_none());
+}
+
+#[test]
+fn help_is_the_golden_text() {
+    // The exact `--help` text, checked in: a change to the table shows here as a diff.
+    assert_eq!(usage(), include_str!("help.golden.txt"));
+}
+
+#[test]
+fn every_name_is_unique_and_shown_defaults_exist() {
+    let mut seen = std::collections::HashSet::new();
+    for f in FLAGS {
+        for n in std::iter::once(&f.name).chain(f.aliases) {
+            assert!(seen.insert(*n), "--{n} is in the table twice");
+            assert!(
+                n.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "--{n}"
+            );
+        }
+        assert!(
+            !f.help.contains("{}") || f.default.is_some(),
+            "--{}: a help text shows a default only where there is one",
+            f.name
+        );
+    }
+}
+
+#[test]
+fn defaults_are_the_librarys_and_mooncakes() {
+    let f = parse(&[]).unwrap().unwrap();
+    let lib = MasterConfig::default();
+    let m = &f.master;
+    assert_eq!(m.lease_ttl, lib.lease_ttl);
+    assert_eq!(m.soft_pin_ttl, lib.soft_pin_ttl);
+    assert_eq!(m.allow_evict_soft_pinned, lib.allow_evict_soft_pinned);
+    assert_eq!(m.eviction_high_watermark, lib.eviction_high_watermark);
+    assert_eq!(m.eviction_ratio, lib.eviction_ratio);
+    assert_eq!(m.client_ttl, lib.client_ttl);
+    assert_eq!(m.client_grace, lib.client_grace);
+    assert_eq!(m.read_hold_max, lib.read_hold_max);
+    assert_eq!(m.put_start_discard_timeout, lib.put_start_discard_timeout);
+    assert_eq!(m.put_start_release_timeout, lib.put_start_release_timeout);
+    assert_eq!(format!("{:?}", m.strategy), format!("{:?}", lib.strategy));
+    assert_eq!(
+        f.max_connections,
+        tidewire_master::server::DEFAULT_MAX_CONNECTIONS
+    );
+    assert_eq!(
+        (
+            f.rpc_address.as_str(),
+            f.rpc_port,
+            f.metrics_host,
+            f.metrics_port
+        ),
+        ("0.0.0.0", 50051, None, 9003)
+    );
+    assert!(f.enable_metric_reporting && !f.enable_http_metadata_server);
+    assert_eq!(
+        (
+            f.http_metadata_server_host.as_str(),
+            f.http_metadata_server_port
+        ),
+        ("0.0.0.0", 8080)
+    );
+    assert!(f.ha.is_none());
+    let ha = parse(&args(&["--enable_ha", "--etcd_endpoints=e:1"]))
+        .unwrap()
+        .unwrap()
+        .ha
+        .unwrap();
+    assert_eq!((ha.lease_ttl, ha.oplog), (5, false));
+}
+
+#[test]
+fn both_value_forms_aliases_and_bare_booleans() {
+    let eq = parse(&args(&["--port=7", "-max_threads=3", "--metrics_host=h"]))
+        .unwrap()
+        .unwrap();
+    let space = parse(&args(&[
+        "--port",
+        "7",
+        "-max_threads",
+        "3",
+        "--metrics_host",
+        "h",
+    ]))
+    .unwrap()
+    .unwrap();
+    assert_eq!((eq.rpc_port, space.rpc_port), (7, 7));
+    assert_eq!(eq.metrics_host.as_deref(), Some("h"));
+    assert_eq!(space.metrics_host.as_deref(), Some("h"));
+    let f = parse(&args(&[
+        "--enable_http_metadata_server",
+        "-enable_metric_reporting=no",
+        "--rpc_enable_tcp_no_delay",
+        "--max_connections=0",
+    ]))
+    .unwrap()
+    .unwrap();
+    assert!(f.enable_http_metadata_server && !f.enable_metric_reporting);
+    assert_eq!(
+        f.max_connections,
+        tidewire_master::server::DEFAULT_MAX_CONNECTIONS,
+        "0 keeps the cap"
+    );
+    // A bare boolean takes no value from the next argument.
+    assert!(parse(&args(&["--enable_ha", "false"])).is_err());
+    assert_eq!(
+        parse(&args(&["--rpc_port"])).unwrap_err(),
+        "--rpc_port needs a value"
+    );
+    assert_eq!(
+        parse(&args(&["--port=x"])).unwrap_err(),
+        "--port: \"x\" is not a valid number"
+    );
+    assert!(parse(&args(&["-h"])).unwrap().is_none());
+    assert!(parse(&args(&["--memory_allocator=offset"])).is_ok());
+    assert!(parse(&args(&["--memory_allocator=cachelib"])).is_err());
+    assert!(parse(&args(&["--rpc_enable_tcp_no_delay=maybe"])).is_err());
+}
+
+/// `--name` flags in `text`: lowercase names with underscores, not followed by a `-` (an
+/// etcd flag such as `--auto-compaction-retention` is not the master's), of two letters or more
+/// (`--f=v` stands for any flag).
+fn flags_named_in(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = text.as_bytes();
+    let mut i = 0;
+    while let Some(at) = text[i..].find("--") {
+        let start = i + at + 2;
+        let mut end = start;
+        while end < b.len()
+            && (b[end].is_ascii_lowercase() || b[end] == b'_' || b[end].is_ascii_digit())
+        {
+            end += 1;
+        }
+        let before_ok = i + at == 0 || !b[i + at - 1].is_ascii_alphanumeric();
+        if end > start + 1 && before_ok && b.get(end) != Some(&b'-') {
+            out.push(text[start..end].to_string());
+        }
+        i = end.max(start);
+    }
+    out
+}
+
+#[test]
+fn every_flag_the_docs_name_is_in_the_table() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    // docs/master.md is the master's page; before it existed the flags were in README.md's
+    // master section.
+    let text = std::fs::read_to_string(format!("{root}/docs/master.md"))
+        .or_else(|_| std::fs::read_to_string(format!("{root}/README.md")))
+        .expect("docs/master.md or README.md");
+    let named = flags_named_in(&text);
+    assert!(named.len() >= 20, "too few flags found: {named:?}");
+    let missing: Vec<&String> = named.iter().filter(|n| find(n).is_none()).collect();
+    assert!(
+        missing.is_empty(),
+        "flags in the docs but not in the table: {missing:?}"
+    );
+    assert_eq!(
+        flags_named_in("--a_b=1 `--cd` x--de --auto-compaction-retention -ef --f=v"),
+        ["a_b", "cd"]
+    );
+}

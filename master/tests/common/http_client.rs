@@ -1,0 +1,95 @@
+//! An HTTP/1.1 peer of the master's admin routes: one request per connection, the reply read
+//! whole and parsed.
+
+use serde_json::Value;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// A reply as the peer reads it.
+pub struct Resp {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names in lowercase.
+    pub headers: HashMap<String, String>,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    /// The body as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+    /// The body as UTF-8 text.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).unwrap()
+    }
+    /// Header `name` (any case); empty when absent.
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(&name.to_ascii_lowercase())
+            .map(String::as_str)
+            .unwrap_or("")
+    }
+}
+
+/// A reply read whole.
+pub fn parse(raw: &[u8]) -> Resp {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a reply head");
+    let head = std::str::from_utf8(&raw[..end]).unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Resp {
+        status,
+        headers,
+        body: raw[end + 4..].to_vec(),
+    }
+}
+
+/// Sends `method target` on a new connection and reads the whole reply (its length checked).
+pub fn request(addr: SocketAddr, method: &str, target: &str) -> Resp {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(s, "{method} {target} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let r = parse(&raw);
+    if let Some(n) = r.headers.get("content-length") {
+        assert_eq!(n.parse::<usize>().unwrap(), r.body.len());
+    }
+    r
+}
+
+/// A GET of `target`.
+pub fn get(addr: SocketAddr, target: &str) -> Resp {
+    request(addr, "GET", target)
+}
+
+/// Percent-encodes every byte that is not unreserved.
+pub fn enc(b: &[u8]) -> String {
+    b.iter()
+        .map(|c| match c {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (*c as char).to_string()
+            }
+            _ => format!("%{c:02X}"),
+        })
+        .collect()
+}
