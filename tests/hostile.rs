@@ -53,7 +53,7 @@ fn one(e: &Engine, op: Opcode, local: u64, seg: i32, remote: u64, len: u64) -> T
 /// `unregister` has returned, no byte may land in the range (and it must return promptly).
 #[test]
 
-fn row02_payload_after_unregister_never_lands() {
+fn payload_after_unregister_never_lands() {
     let _s = serial();
     let t = engine();
     let buf = Buf::new(256 << 10, 0);
@@ -83,7 +83,7 @@ fn row02_payload_after_unregister_never_lands() {
 /// still answer promptly and the engine shuts down within 1 s.
 #[test]
 
-fn row04_slow_loris_on_handshake_port() {
+fn slow_loris_on_handshake_port() {
     let _s = serial();
     let t = engine();
     let stop = Arc::new(AtomicBool::new(false));
@@ -130,7 +130,7 @@ const MAX_DATA_CONNECTIONS: usize = 256;
 /// READ still works, and idle connections are closed by the server.
 #[test]
 
-fn row05_idle_connection_flood_on_data_port() {
+fn idle_connection_flood_on_data_port() {
     let _s = serial();
     let t = engine_with(&[
         ("data_idle_timeout_ms", "2000"),
@@ -200,7 +200,7 @@ fn row05_idle_connection_flood_on_data_port() {
 /// refused notifications fail on the sender's side; taking the queue makes room again.
 #[test]
 
-fn row06_notification_flood_is_bounded() {
+fn notification_flood_is_bounded() {
     let _s = serial();
     let max_bytes: usize = 16 << 20;
     let t = engine_with(&[
@@ -244,7 +244,7 @@ fn row06_notification_flood_is_bounded() {
 /// Row 7: an HTTP metadata server answers 200 and streams an endless body. Engine creation fails
 /// within a few seconds and reads a bounded number of bytes.
 #[test]
-fn row07_endless_http_metadata_body_is_bounded() {
+fn endless_http_metadata_body_is_bounded() {
     let _s = serial();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
@@ -293,7 +293,7 @@ fn row07_endless_http_metadata_body_is_bounded() {
 /// removed, peers cannot READ the range.
 #[test]
 
-fn row08_reregistration_cannot_change_remote_accessible() {
+fn reregistration_cannot_change_remote_accessible() {
     let t = engine();
     let buf = Buf::pattern(64 << 10, 8);
     t.register_memory(buf.addr(), buf.len(), "cpu:0", true)

@@ -176,9 +176,9 @@ fn all_failed_in_time(w: &World, b: u64, n: usize, what: &str) {
         .expect("the batch can be freed once every task ended");
 }
 
-/// Table row 3: a frozen peer (SIGSTOP) during a 512-task batch.
+/// A frozen peer (SIGSTOP) during a 512-task batch.
 #[test]
-fn row03_frozen_peer_fails_every_task_within_deadline() {
+fn frozen_peer_fails_every_task_within_deadline() {
     if let Some(why) = skip_reason() {
         eprintln!("SKIPPED (no network namespaces): {why}");
         return;
@@ -193,9 +193,9 @@ fn row03_frozen_peer_fails_every_task_within_deadline() {
     w.b.signal(libc::SIGCONT);
 }
 
-/// Table row 3: a black-holed address (frames vanish: no reset, no ICMP).
+/// A black-holed address (frames vanish: no reset, no ICMP).
 #[test]
-fn row03_blackholed_peer_fails_every_task_within_deadline() {
+fn blackholed_peer_fails_every_task_within_deadline() {
     if let Some(why) = skip_reason() {
         eprintln!("SKIPPED (no network namespaces): {why}");
         return;

@@ -1,4 +1,4 @@
-//! Table row 13: RDMA handshakes from many sender names, against the fake verbs provider
+//! RDMA handshakes from many sender names, against the fake verbs provider
 //! (`tests/fake_verbs`). Passive endpoints are capped (`rdma_max_passive_endpoints`) and the
 //! oldest is evicted, so queue pairs stay bounded and a legitimate peer still connects and
 //! transfers after the flood.
@@ -49,7 +49,7 @@ fn live_qps() -> u64 {
 
 #[test]
 
-fn row13_rdma_handshake_flood_is_capped() {
+fn rdma_handshake_flood_is_capped() {
     const CAP: u64 = 8;
     let t = rdma_engine(&[("rdma_max_passive_endpoints", &CAP.to_string())]);
     let buf = Buf::pattern(1 << 20, 5);

@@ -277,7 +277,7 @@ fn write_one(e: &Engine, local: &Buf, seg: i32, remote: u64) -> TaskState {
 /// Row 1: the impostor republishes the victim's identity; the initiator's WRITE must not land in
 /// the victim's unregistered memory nor in memory it registered `remote_accessible = false`.
 #[test]
-fn row01_forged_same_host_identity_never_writes_victim_memory() {
+fn forged_same_host_identity_never_writes_victim_memory() {
     let victim = Child2::spawn("victim", "child_victim_main");
     let pid = victim.num(0) as u32;
     let (token, token_addr) = (victim.num(1), victim.num(2));
@@ -307,7 +307,7 @@ fn row01_forged_same_host_identity_never_writes_victim_memory() {
 /// Row 1 for shared buffers: the impostor also republishes the victim's shared buffer (control
 /// fd, buffer fd, slot, generation); the initiator must not map it, so its WRITE never lands there.
 #[test]
-fn row01_forged_identity_never_maps_the_victims_shared_buffers() {
+fn forged_identity_never_maps_the_victims_shared_buffers() {
     let victim = Child2::spawn("victim", "child_victim_main");
     let pid = victim.num(0) as u32;
     let (token, token_addr) = (victim.num(1), victim.num(2));
@@ -348,7 +348,7 @@ fn row01_forged_identity_never_maps_the_victims_shared_buffers() {
 /// Row 12: a same-host WRITE and READ of 256 KiB into a peer's GPU memory complete (staged over
 /// TCP), with the bytes intact.
 #[test]
-fn row12_same_host_into_gpu_memory_uses_tcp_staging() {
+fn same_host_into_gpu_memory_uses_tcp_staging() {
     let target = Child2::spawn("gpu", "child_gpu_target_main");
     let (name, dev_ptr) = (target.fields[0].clone(), target.num(1));
     let i = engine_with(&[("same_host", "1")]);

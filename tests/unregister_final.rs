@@ -1,4 +1,4 @@
-//! "Unregister is final" (hardening row 2, must-hold 2) on every path, and per-frame deadlines on
+//! "Unregister is final" on every path, and per-frame deadlines on
 //! the data server:
 //!
 //! - A peer keeps writing into a buffer over TCP, the in-process memcpy path and the same-host
@@ -392,7 +392,7 @@ fn trickle(port: u16, bytes: &[u8], gap: Duration) -> Option<Duration> {
     None
 }
 
-/// Hardening row 5 (read deadline mid-frame): a header or a payload trickled a byte every 150 ms
+/// The read deadline mid-frame: a header or a payload trickled a byte every 150 ms
 /// (each read well within the 400 ms read timeout) is cut off by the frame's deadline, not kept
 /// alive forever.
 #[test]

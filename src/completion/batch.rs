@@ -371,10 +371,10 @@ mod tests {
         assert_eq!(b.outcome().unwrap_err().kind(), ErrorKind::Rejected);
     }
 
-    /// Table row 11: a slice dropped unfinished, or held by a thread that panics, still ends
+    /// A slice dropped unfinished, or held by a thread that panics, still ends
     /// its task (FAILED) and wakes the waiter.
     #[test]
-    fn row11_dropped_or_panicked_slices_fail_their_task() {
+    fn dropped_or_panicked_slices_fail_their_task() {
         let b = Arc::new(Batch::new(2));
         {
             let _g = b.submit_lock.lock().unwrap();

@@ -21,7 +21,7 @@ def target(mooncake_p2p):
 
 
 @pytest.mark.parametrize("op", ["write", "read"])
-def test_row10_every_64th_out_of_range_exactly_those_fail(target, op):
+def test_every_64th_out_of_range_exactly_those_fail(target, op):
     data = random_bytes(N * LEN, 10)
     if op == "write":
         target.peer.fill(target.base, target.size, BACKGROUND)
