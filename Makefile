@@ -9,7 +9,7 @@ PY ?= $(VENV)/bin/python
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -pedantic -g -Iinclude
 BUILD_C := target/c_tests
 
-.PHONY: all build run test layers rust-test c-tests py-tests py-types interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel tq-test serving-test store-stress store-stress-mooncake
+.PHONY: all build run test layers rust-test c-tests py-tests py-types interop header check-header bench bench-submit bench-plots examples clean venv fmt clippy install install-check wheel tq-test serving-test store-stress store-stress-mooncake pd-test
 
 all: build
 
@@ -242,3 +242,12 @@ valgrind: c-tests
 loom:
 	RUSTFLAGS="--cfg loom" $(CARGO) test --release --target-dir target/loom --lib loom_
 
+## The serving stacks' own P/D transfer code between a prefill and a decode process over TCP
+## (vLLM's MooncakeConnector, SGLang's Mooncake KV manager/sender/receiver, LMCache's mooncake_te
+## channel; python/tests/pd/), each on tidewire and beside it on the Mooncake wheel, with the
+## median transfer times printed (PD-TIME lines). Needs .venv-serving, like serving-test; fails
+## rather than skips when that environment is missing.
+pd-test: build
+	@[ -x .venv-serving/bin/python ] || scripts/setup_serving_venv.sh
+	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
+	TIDEWIRE_REQUIRE_SERVING=1 TIDEWIRE_SERVING_PYTHON=$$PWD/.venv-serving/bin/python TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python:python/tests $(PY) -m pytest -q -s python/tests/pd

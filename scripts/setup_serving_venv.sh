@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Creates .venv-serving: the serving stacks whose own Store clients `make serving-test` drives
-# (SGLang's HiCache backend, vLLM's MooncakeStoreConnector, LMCache's mooncakestore://), and
-# the Mooncake wheel as the control. It reuses .venv-tq's packages (torch, numpy, zmq, ...)
-# through a .pth file, so torch is installed once; each client and the packages its backend's
-# import chain needs are installed with --no-deps at the versions pinned in
-# python/tests/serving/requirements-*.txt.
+# (SGLang's HiCache backend, vLLM's MooncakeStoreConnector, LMCache's mooncakestore://) and
+# whose P/D connectors `make pd-test` drives, and the Mooncake wheel as the control. It reuses
+# .venv-tq's packages (torch, numpy, zmq, ...) through a .pth file, so torch is installed once;
+# each client and the packages its backend's import chain needs are installed with --no-deps at
+# the versions pinned in python/tests/serving/requirements-*.txt and
+# python/tests/pd/requirements-*.txt.
 #
 #   scripts/setup_serving_venv.sh [PYTHON]     # default python3; needs .venv-tq first
 #
@@ -12,7 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${1:-python3}"
-REQS=(python/tests/serving/requirements-*.txt)
+# The P/D connector tests (python/tests/pd/) add what their connectors import beyond these.
+REQS=(python/tests/serving/requirements-*.txt python/tests/pd/requirements-*.txt)
 PROBE="import importlib.util as u, torch, mooncake.store; \
 missing = [m for m in ('sglang', 'vllm', 'lmcache') if u.find_spec(m) is None]; \
 assert not missing, missing; print('serving env ok, torch', torch.__version__)"
