@@ -7,33 +7,5 @@ conventions around it: return codes, timeouts, metadata strings
 (:mod:`~tidewire.mooncake_engine.conventions`).
 """
 
-from .conventions import P2PHANDSHAKE, mooncake_code
-from .transfer_engine import (
-    SUPPORT_CUDA,
-    SUPPORT_EFA,
-    SUPPORT_HIP,
-    SUPPORT_INTRA_NVLINK,
-    SUPPORT_MNNVL,
-    SUPPORT_MUSA,
-    Read,
-    TransferEngine,
-    TransferNotify,
-    TransferOpcode,
-    Write,
-)
-
-__all__ = [
-    "TransferEngine",
-    "TransferNotify",
-    "TransferOpcode",
-    "Read",
-    "Write",
-    "SUPPORT_CUDA",
-    "SUPPORT_EFA",
-    "SUPPORT_HIP",
-    "SUPPORT_MNNVL",
-    "SUPPORT_MUSA",
-    "SUPPORT_INTRA_NVLINK",
-    "P2PHANDSHAKE",
-    "mooncake_code",
-]
+from .transfer_engine import *  # noqa: F401,F403  (its __all__: the class and Mooncake's names)
+from .transfer_engine import __all__ as __all__

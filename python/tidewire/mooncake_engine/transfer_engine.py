@@ -64,6 +64,7 @@ __all__ = [
     "SUPPORT_MUSA",
     "SUPPORT_INTRA_NVLINK",
     "P2PHANDSHAKE",
+    "mooncake_code",
 ]
 
 
