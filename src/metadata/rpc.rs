@@ -5,6 +5,7 @@ use crate::auth::{AuthKey, Purpose};
 use crate::error::{Error, ErrorKind, Result};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// Message types.
@@ -104,6 +105,9 @@ pub struct Peer<'a> {
     pub key: &'a AuthKey,
 }
 
+/// How long [`call`] polls for a reply before it sleeps in the read.
+const REPLY_SPIN: Duration = Duration::from_micros(200);
+
 /// One request/reply exchange with a peer's RPC port. The reply must carry the same type.
 pub fn call(peer: Peer<'_>, ty: MsgType, body: &[u8]) -> Result<Vec<u8>> {
     let Peer {
@@ -126,6 +130,16 @@ pub fn call(peer: Peer<'_>, ty: MsgType, body: &[u8]) -> Result<Vec<u8>> {
     let _ = s.set_read_timeout(Some(timeout));
     write_frame(&mut s, ty as u8, body)
         .map_err(|e| Error::new(ErrorKind::Socket, format!("sending request: {e}")))?;
+    // A small request's reply comes back within a loopback round trip or a few: poll for it
+    // (yielding the CPU) before sleeping in the read, so that no wake-up of this thread stands
+    // between the reply and the caller (a notification, a descriptor fetch). The blocking read
+    // below keeps the deadline either way.
+    let mut pfd = [libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    crate::net::spin_readable(&mut pfd, REPLY_SPIN);
     let (rty, reply) = read_frame(&mut s, max_len)?;
     if rty != ty as u8 {
         return Err(Error::new(
