@@ -3,11 +3,12 @@
 //! its help. This test fails when the page and the code disagree; `UPDATE_DOCS=1 cargo test
 //! --test config_doc` rewrites the block between the markers in `docs/configuration.md`.
 
-use tidewire::engine::config::Env;
 use tidewire::Config;
+use tidewire::engine::config::Env;
 
 const PAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
-const BEGIN: &str = "<!-- options: generated from src/engine/config/options.rs by tests/config_doc.rs -->\n";
+const BEGIN: &str =
+    "<!-- options: generated from src/engine/config/options.rs by tests/config_doc.rs -->\n";
 const END: &str = "<!-- options: end -->\n";
 
 fn env_cell(env: &[Env]) -> String {
