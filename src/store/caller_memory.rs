@@ -1,5 +1,5 @@
 //! Caller memory: where a value's bytes come from or go to, one range at an address or several
-//! pieces concatenated in order. Every read and write takes a [`Mem`], so the single-buffer
+//! pieces concatenated in order. Every read and write takes a `Mem`, so the single-buffer
 //! calls and the multi-buffer ones share one path.
 
 /// A range of caller memory: `(address, length)`.

@@ -5,9 +5,8 @@
 //! [`put_from`](StoreClient::put_from) (memcpy for our own segment); reads fill the pieces in
 //! order from the object's bytes, also one batch. Nothing is staged.
 //!
-//! [`Mem`] is the caller memory of one value, one range or several pieces; the put and get flows
-//! ([`super::flows`], [`super::reads`]) take it for every call, so the single-buffer calls and
-//! these share one path.
+//! Both go through the same paths as the single-buffer calls (`put.rs`, `get.rs`), which take
+//! the caller memory of each value as a `Mem` (`caller_memory.rs`): one range or pieces.
 
 use super::caller_memory::{KeyPieces, Mem, total};
 use super::get::get_chunk;
