@@ -1,5 +1,5 @@
 //! Each transport as a whole, as the engine sees it: one [`Backend`](super::Backend) per
-//! transport folder, layered over it. They sit above the transports and their [`Route`]
+//! transport folder, layered over it. They sit above the transports and their [`Route`](super::Route)
 //! (which names every transport's peer type) so that no transport folder needs the trait:
 //! the folders hold the data paths, these files hold what the engine asks of each.
 
