@@ -1,7 +1,7 @@
 //! The synchronisation primitives of the lane channel, the completion latch and the batch: std's,
 //! or loom's models when built with `--cfg loom` (`make loom`), so loom can explore every
-//! interleaving of those pieces. And the one way this crate takes a lock: [`LockClean`], [`RwLockClean`]
-//! and, for condvar waits and the rest, [`Recover`].
+//! interleaving of those pieces. And the one way this crate takes a lock: [`LockClean`],
+//! [`RwLockClean`] and, for condvar waits and the rest, [`Recover`].
 //!
 //! # Why a poisoned lock is taken anyway
 //!

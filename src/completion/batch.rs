@@ -11,9 +11,8 @@
 
 use super::latch::Latch;
 use crate::error::{Error, ErrorKind};
-use crate::sync::LockClean;
-use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{LockClean, Mutex};
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -90,18 +90,15 @@ impl Backend for TcpBackend {
     /// Starts the data server on the listener the engine bound.
     fn start(&self, registry: &Arc<Registry>) -> Result<()> {
         let mut state = self.server.lock_clean();
-        if let DataServer::Bound(..) = &*state {
-            let DataServer::Bound(listener, limits, key) =
-                std::mem::replace(&mut *state, DataServer::Stopped)
-            else {
-                unreachable!("matched above")
-            };
-            let server =
+        // A second start finds the server running and keeps it; a failed one leaves it stopped.
+        *state = match std::mem::replace(&mut *state, DataServer::Stopped) {
+            DataServer::Bound(listener, limits, key) => DataServer::Running(
                 TcpServer::start(listener, registry.clone(), limits, key).map_err(|e| {
                     Error::new(ErrorKind::Internal, format!("starting tcp server: {e}"))
-                })?;
-            *state = DataServer::Running(server);
-        }
+                })?,
+            ),
+            other => other,
+        };
         Ok(())
     }
 
