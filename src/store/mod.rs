@@ -20,6 +20,7 @@ pub mod caller_memory;
 pub mod client;
 pub mod conn;
 pub mod copying;
+pub mod disk;
 pub mod get;
 mod holds;
 pub mod keys;
