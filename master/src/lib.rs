@@ -14,6 +14,8 @@ pub mod objects;
 mod os_memory;
 pub mod segments;
 pub mod server;
+mod tier_requests;
+pub mod tiering;
 
 use os_memory::give_memory_back;
 pub use os_memory::tune_allocator;
@@ -67,6 +69,8 @@ pub struct MasterConfig {
     pub put_start_release_timeout: Duration,
     /// Placement (`--allocation_strategy`, random).
     pub strategy: Strategy,
+    /// The disk tier (`--enable_offload` and its siblings).
+    pub tier: tiering::TierConfig,
 }
 
 impl Default for MasterConfig {
@@ -83,6 +87,7 @@ impl Default for MasterConfig {
             put_start_discard_timeout: Duration::from_secs(30),
             put_start_release_timeout: Duration::from_secs(600),
             strategy: Strategy::Random,
+            tier: tiering::TierConfig::default(),
         }
     }
 }
@@ -96,6 +101,8 @@ pub struct Master {
     clients: Mutex<HashMap<u64, Instant>>,
     /// Prometheus counters.
     pub metrics: Metrics,
+    /// Disk-tier work queues and counters.
+    pub offloads: tiering::Offloads,
     ticks: AtomicU64,
     /// Allocated bytes when the last watermark eviction freed nothing (skip until it changes).
     stuck_at: AtomicU64,
@@ -123,6 +130,7 @@ impl Master {
             objs: Objects::default(),
             clients: Mutex::default(),
             metrics: Metrics::default(),
+            offloads: tiering::Offloads::default(),
             ticks: AtomicU64::new(0),
             stuck_at: AtomicU64::new(u64::MAX),
             removed_seen: AtomicU64::new(0),
@@ -287,12 +295,14 @@ impl Master {
                     .collect();
                 Reply::Started { results }
             }
-            Request::PutEnd { client_id, items } => Reply::Codes {
-                codes: items
+            Request::PutEnd { client_id, items } => {
+                let codes: Vec<i32> = items
                     .iter()
                     .map(|kv| self.objs.end(kv, client_id, &self.segs))
-                    .collect(),
-            },
+                    .collect();
+                self.write_behind(&items, &codes);
+                Reply::Codes { codes }
+            }
             Request::PutRevoke { client_id, items } => Reply::Codes {
                 codes: items
                     .iter()
@@ -346,6 +356,22 @@ impl Master {
                 },
             },
             Request::RemoveAll { force, from } => self.remove_walk(|_| true, force, from),
+            Request::MountDisk {
+                client_id,
+                name,
+                capacity,
+                first,
+                last,
+                records,
+            } => self.mount_disk(client_id, &name, capacity, first, last, &records),
+            Request::OffloadPoll {
+                client_id,
+                name,
+                done,
+                lost,
+                used: _,
+                max,
+            } => self.offload_poll(client_id, &name, &done, &lost, max),
         })
     }
 
@@ -383,8 +409,16 @@ impl Master {
             Err(code::NO_AVAILABLE_HANDLE) => {
                 let (_, _, cap) = self.segs.usage();
                 let target = ((cap as f64 * self.cfg.eviction_ratio) as u64).max(size);
-                if self.objs.evict(target, &self.segs, &self.cfg) == 0 {
-                    return Err(code::NO_AVAILABLE_HANDLE);
+                let (freed, queued) =
+                    self.objs
+                        .evict(target, &self.segs, &self.cfg, &self.offloads);
+                if freed == 0 {
+                    // Room comes when the disk tier's owners report their writes.
+                    let busy = queued > 0 || self.offloads.queued() > 0 || self.offloading();
+                    return Err(match busy {
+                        true => code::ROOM_BEING_MADE,
+                        false => code::NO_AVAILABLE_HANDLE,
+                    });
                 }
                 self.metrics
                     .evictions
@@ -416,6 +450,14 @@ impl Master {
     pub fn tick(&self) {
         let n = self.ticks.fetch_add(1, Ordering::Relaxed);
         self.expire_clients();
+        let dormant: HashSet<u32> = self
+            .segs
+            .dormant_longer_than(self.cfg.tier.dormant_ttl)
+            .into_iter()
+            .collect();
+        if !dormant.is_empty() {
+            self.unmount(&dormant);
+        }
         if self.walk_ended.swap(false, Ordering::Relaxed) {
             let removed = self.objs.removed_lately();
             if removed >= TRIM_AFTER {
@@ -439,7 +481,11 @@ impl Master {
             && self.stuck_at.load(Ordering::Relaxed) != used
         {
             let target = (cap as f64 * self.cfg.eviction_ratio) as u64;
-            if target > 0 && self.objs.evict(target, &self.segs, &self.cfg) > 0 {
+            let (freed, queued) = match target {
+                0 => (0, 0),
+                t => self.objs.evict(t, &self.segs, &self.cfg, &self.offloads),
+            };
+            if freed + queued > 0 {
                 self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
                 self.stuck_at.store(u64::MAX, Ordering::Relaxed);
             } else {
@@ -526,7 +572,15 @@ impl Master {
             }
         }
         for id in expired {
-            let segs: HashSet<u32> = self.segs.of_client(id).into_iter().collect();
+            self.offloads.forget(id);
+            let (disks, segs): (Vec<u32>, Vec<u32>) = self
+                .segs
+                .of_client(id)
+                .into_iter()
+                .partition(|s| s & segments::DISK_BIT != 0);
+            // A disk tier outlives its owner's process: kept, unread, for its restart.
+            disks.iter().for_each(|&d| self.segs.doze_disk(d));
+            let segs: HashSet<u32> = segs.into_iter().collect();
             tw_log!(
                 tidewire::log::Level::Warn,
                 "master: client {id:#x} missed its heartbeats; unmounting {} segment(s)",

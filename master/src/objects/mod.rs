@@ -32,6 +32,7 @@ mod holds;
 mod journal;
 mod replicas;
 mod table;
+mod tiers;
 mod upkeep;
 mod view;
 mod walk;

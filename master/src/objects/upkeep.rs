@@ -5,7 +5,9 @@ use super::super::MasterConfig;
 use super::super::journal_record::Record;
 use super::super::segments::Segments;
 use super::holds::hold_live;
+use super::tiers::TierChoice;
 use super::{NEVER, Objects, SHARDS, Shard, Tick, drop_pending, lease_active, nanos};
+use crate::tiering::Offloads;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
@@ -125,14 +127,22 @@ impl Objects {
 
     /// Evicts roughly least-recently-used objects until `target` bytes are freed, skipping
     /// leased, hard-pinned and unfinished objects (soft-pinned ones last, when allowed).
-    /// Returns the bytes freed. Only the oldest candidates that cover `target` are kept while
-    /// the shards are scanned (a few words each, no keys), so the pass needs memory for what
-    /// it evicts, not for every object.
-    pub fn evict(&self, target: u64, segs: &Segments, cfg: &MasterConfig) -> u64 {
+    /// Returns the bytes freed, and the bytes queued to be written to a disk tier first (see
+    /// [`TierChoice`]). Only the oldest candidates that cover `target` are kept while the
+    /// shards are scanned (a few words each, no keys), so the pass needs memory for what it
+    /// evicts, not for every object.
+    pub fn evict(
+        &self,
+        target: u64,
+        segs: &Segments,
+        cfg: &MasterConfig,
+        offloads: &Offloads,
+    ) -> (u64, u64) {
         if target == 0 {
-            return 0;
+            return (0, 0);
         }
         let now = self.now();
+        let tiered = cfg.tier.enabled;
         let evictable = |o: &super::Object| {
             let soft = o.soft_pin_until != 0;
             !(o.hard_pin
@@ -148,13 +158,20 @@ impl Objects {
                 let Some(c) = o.complete.as_ref().filter(|_| evictable(o)) else {
                     continue;
                 };
+                let bytes = match tiered {
+                    true => Objects::memory_bytes(c),
+                    false => c.size.saturating_mul(c.replicas.len() as u64),
+                };
+                if bytes == 0 {
+                    continue;
+                }
                 let cand = Candidate {
                     soft: o.soft_pin_until != 0,
                     last_access: o.last_access,
                     version: c.id,
                     shard: si,
                     slot,
-                    bytes: c.size.saturating_mul(c.replicas.len() as u64),
+                    bytes,
                 };
                 if covered >= target && heap.peek().is_some_and(|top| cand >= *top) {
                     continue;
@@ -170,9 +187,9 @@ impl Objects {
                 }
             }
         }
-        let mut freed = 0;
+        let (mut freed, mut queued) = (0, 0);
         for c in heap.into_sorted_vec() {
-            if freed >= target {
+            if freed + queued >= target {
                 break;
             }
             let mut sh = self.shard(c.shard);
@@ -182,15 +199,49 @@ impl Objects {
             if !same || sh.removable(c.slot, false, now) != Ok(()) {
                 continue;
             }
-            let removed = sh.remove_slot(c.slot, segs, cfg, None, |key| {
-                self.emit(|| Record::del(key));
-            });
-            if removed {
-                self.removed.fetch_add(1, Relaxed);
-                freed += c.bytes;
+            let choice = match tiered {
+                true => sh.table.get(c.slot).map(|o| {
+                    Objects::tier_choice(o, segs, cfg, offloads.has_room(cfg.tier.queue_limit))
+                }),
+                false => Some(TierChoice::Remove),
+            };
+            match choice {
+                Some(TierChoice::Demote) => {
+                    let Some((key, o)) = sh.table.entry_mut(c.slot) else {
+                        continue;
+                    };
+                    let Some(v) = o.complete.as_mut() else {
+                        continue;
+                    };
+                    freed += self.demote(v, segs, || self.emit(|| Record::del(key)));
+                    offloads.demoted.fetch_add(1, Relaxed);
+                }
+                Some(TierChoice::Offload) => {
+                    let Some(key) = sh.table.entry_mut(c.slot).map(|(k, _)| k.to_string()) else {
+                        continue;
+                    };
+                    drop(sh);
+                    if let Some((owner, job)) = self.offload_job(&key, segs, true) {
+                        offloads.push(owner, job);
+                        queued += c.bytes;
+                    }
+                }
+                Some(TierChoice::Keep) => {
+                    offloads.overflow.fetch_add(1, Relaxed);
+                }
+                Some(TierChoice::Remove) => {
+                    let removed = sh.remove_slot(c.slot, segs, cfg, None, |key| {
+                        self.emit(|| Record::del(key));
+                    });
+                    if removed {
+                        self.removed.fetch_add(1, Relaxed);
+                        freed += c.bytes;
+                    }
+                }
+                None => {}
             }
         }
-        freed
+        (freed, queued)
     }
 }
 

@@ -42,9 +42,11 @@ impl Objects {
                 // unreadable until PutEnd (readers get REPLICA_IS_NOT_READY, never a torn value).
                 let in_place = upsert
                     && o.pending.is_none()
-                    && o.complete
-                        .as_ref()
-                        .is_some_and(|c| c.size == size && c.holds.is_empty());
+                    && o.complete.as_ref().is_some_and(|c| {
+                        c.size == size
+                            && c.holds.is_empty()
+                            && c.replicas.as_slice().iter().all(|r| !r.on_disk())
+                    });
                 if in_place {
                     let mut v = o.complete.take().unwrap_or_else(|| unreachable!());
                     // Its bytes are about to be overwritten: no longer durable until PutEnd.

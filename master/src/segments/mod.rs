@@ -8,7 +8,10 @@ use tidewire::store::proto::{ReplicaDesc, WriteConfig, code};
 use tidewire::sync::{LockClean, RwLockClean};
 use tidewire::tw_log;
 
+mod disks;
 mod placement;
+
+pub use disks::{DISK_BIT, DiskMount, DiskState};
 
 /// Most segments mounted at once (a bound on what clients can make the master hold).
 pub const MAX_SEGMENTS: usize = 16384;
@@ -57,12 +60,16 @@ pub struct Segment {
     unhealthy: AtomicBool,
     /// Its owner missed its heartbeats: no new placements until it pings again.
     suspended: AtomicBool,
+    /// A disk tier (its replicas' offsets are record locators; nothing is placed on it).
+    pub disk: Option<DiskState>,
 }
 
 impl Segment {
     /// Whether new replicas may be placed here.
     fn placeable(&self) -> bool {
-        !self.unhealthy.load(Ordering::Relaxed) && !self.suspended.load(Ordering::Relaxed)
+        self.disk.is_none()
+            && !self.unhealthy.load(Ordering::Relaxed)
+            && !self.suspended.load(Ordering::Relaxed)
     }
 }
 
@@ -131,7 +138,11 @@ pub struct Segments {
 
 impl Table {
     fn desc(&self, r: &Replica, len: u64) -> Option<ReplicaDesc> {
-        self.by_id.get(&r.seg).map(|s| ReplicaDesc {
+        let s = self.by_id.get(&r.seg)?;
+        if s.disk.as_ref().is_some_and(|d| d.dormant()) {
+            return None;
+        }
+        Some(s).map(|s| ReplicaDesc {
             endpoint: s.name.to_string(),
             addr: s.base + r.offset,
             len,
@@ -169,6 +180,7 @@ impl Segments {
             alloc: Mutex::new(OffsetAllocator::new(size)),
             unhealthy: AtomicBool::new(false),
             suspended: AtomicBool::new(false),
+            disk: None,
         });
         t.by_id.insert(id, seg);
         t.by_name.insert(name, id);
@@ -256,7 +268,7 @@ impl Segments {
         let t = self.table.read_clean();
         let mut used = 0;
         let mut cap = 0;
-        for s in t.by_id.values() {
+        for s in t.by_id.values().filter(|s| s.disk.is_none()) {
             let a = s.alloc.lock_clean();
             used += a.used();
             cap += a.size();
@@ -294,7 +306,10 @@ impl Segments {
     pub fn free(&self, r: &Replica, len: u64) {
         let seg = self.table.read_clean().by_id.get(&r.seg).cloned();
         if let Some(s) = seg {
-            s.free_one(r.offset, len);
+            match &s.disk {
+                Some(d) => d.dropped(r.offset, len),
+                None => s.free_one(r.offset, len),
+            }
         }
     }
 
@@ -309,7 +324,11 @@ impl Segments {
         while i < bufs.len() {
             let seg = bufs[i].0.seg;
             let run = bufs[i..].iter().take_while(|(r, _)| r.seg == seg).count();
-            if let Some(s) = t.by_id.get(&seg) {
+            if let Some(d) = t.by_id.get(&seg).and_then(|s| s.disk.as_ref()) {
+                bufs[i..i + run]
+                    .iter()
+                    .for_each(|(r, len)| d.dropped(r.offset, *len));
+            } else if let Some(s) = t.by_id.get(&seg) {
                 let mut a = s.alloc.lock_clean();
                 for (r, len) in &bufs[i..i + run] {
                     if !a.free(r.offset, *len) {
@@ -338,6 +357,7 @@ impl Segments {
     pub fn named(&self, rs: &[Replica]) -> Vec<(Arc<str>, u64)> {
         let t = self.table.read_clean();
         rs.iter()
+            .filter(|r| !r.on_disk())
             .filter_map(|r| t.by_id.get(&r.seg).map(|s| (s.name.clone(), r.offset)))
             .collect()
     }
@@ -364,13 +384,18 @@ pub struct SegmentInfo {
     pub unhealthy: bool,
     /// Its owner missed its heartbeats.
     pub suspended: bool,
+    /// A disk tier (`used` and `capacity` are its bytes on disk and its quota).
+    pub disk: bool,
 }
 
 impl Segment {
     fn info(&self) -> SegmentInfo {
-        let (used, capacity) = {
-            let a = self.alloc.lock_clean();
-            (a.used(), a.size())
+        let (used, capacity) = match &self.disk {
+            Some(d) => (d.used(), self.size),
+            None => {
+                let a = self.alloc.lock_clean();
+                (a.used(), a.size())
+            }
         };
         SegmentInfo {
             id: self.id as u64,
@@ -382,6 +407,7 @@ impl Segment {
             capacity,
             unhealthy: self.unhealthy.load(Ordering::Relaxed),
             suspended: self.suspended.load(Ordering::Relaxed),
+            disk: self.disk.is_some(),
         }
     }
 }

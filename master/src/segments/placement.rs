@@ -33,7 +33,7 @@ impl Segments {
             let push = |name: &str, order: &mut Vec<Arc<Segment>>| {
                 if let Some(id) = t.by_name.get(name) {
                     let s = &t.by_id[id];
-                    if !order.iter().any(|o| o.id == s.id) {
+                    if s.disk.is_none() && !order.iter().any(|o| o.id == s.id) {
                         order.push(s.clone());
                     }
                 }

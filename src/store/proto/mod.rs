@@ -98,10 +98,16 @@ pub mod code {
     pub const OBJECT_REPLICA_BUSY: i32 = -714;
     /// A data transfer failed.
     pub const TRANSFER_FAIL: i32 = -800;
+    /// Between master and client only, never returned to a caller: no space now, but the disk
+    /// tier is making room (a put retries for a while, then reports `NO_AVAILABLE_HANDLE`).
+    pub const ROOM_BEING_MADE: i32 = -299;
     /// The master could not be reached or broke the protocol.
     pub const RPC_FAIL: i32 = -900;
     /// The master did not answer in time.
     pub const RPC_TIMEOUT: i32 = -901;
+    /// The operation needs a mode this deployment is not in (a disk tier on a master without
+    /// one).
+    pub const UNAVAILABLE_IN_CURRENT_MODE: i32 = -1300;
 }
 
 /// Where a write goes and how it is kept (Mooncake's `ReplicateConfig`).
@@ -182,6 +188,45 @@ impl GetResult {
             replicas: Vec::new(),
         }
     }
+}
+
+/// One record of a disk tier, as its owner reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskRecord {
+    /// Key.
+    pub key: String,
+    /// Where the record lies (the disk replica's address).
+    pub loc: u64,
+    /// Value bytes.
+    pub size: u64,
+}
+
+/// An object the master asks a disk tier's owner to write from its memory segment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffloadJob {
+    /// Key.
+    pub key: String,
+    /// The complete version to write (the owner holds it for reading until it reports).
+    pub version: u64,
+    /// Its bytes in the owner's segment.
+    pub addr: u64,
+    /// Bytes.
+    pub len: u64,
+    /// Written because eviction chose it: once on disk its memory replica is dropped.
+    pub evict: bool,
+}
+
+/// What became of an [`OffloadJob`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffloadDone {
+    /// Key.
+    pub key: String,
+    /// The job's version.
+    pub version: u64,
+    /// The record written, or `None` when the write failed.
+    pub loc: Option<u64>,
+    /// The job's `evict`.
+    pub evict: bool,
 }
 
 /// A client's request.
@@ -291,6 +336,40 @@ pub enum Request {
         #[serde(default)]
         from: Option<u64>,
     },
+    /// Mount a disk tier (`disk://` name), or take over one a restarted owner held before, with
+    /// the records it holds, in runs of at most [`MAX_BATCH`]: `first` on the first run, `last`
+    /// on the last. Answered with [`Reply::Codes`], one per record: 0 kept, otherwise the
+    /// owner deletes it (removed or replaced while it was away, or another value won).
+    MountDisk {
+        /// Owner.
+        client_id: u64,
+        /// Tier name.
+        name: String,
+        /// Quota in bytes.
+        capacity: u64,
+        /// First run.
+        first: bool,
+        /// Last run.
+        last: bool,
+        /// Records.
+        records: Vec<DiskRecord>,
+    },
+    /// A disk tier's owner reports finished jobs and records lost under its quota, and asks for
+    /// at most `max` new jobs; answered with [`Reply::OffloadWork`].
+    OffloadPoll {
+        /// Owner.
+        client_id: u64,
+        /// Tier name.
+        name: String,
+        /// Jobs finished.
+        done: Vec<OffloadDone>,
+        /// Records deleted under the quota.
+        lost: Vec<DiskRecord>,
+        /// Bytes the tier's files take.
+        used: u64,
+        /// Most jobs wanted.
+        max: u32,
+    },
 }
 
 /// The master's reply.
@@ -343,6 +422,14 @@ pub enum Reply {
         count: i64,
         /// Where the next stretch starts.
         next: Option<u64>,
+    },
+    /// Work for a disk tier's owner: objects to write, and records to end (their keys were
+    /// removed or replaced).
+    OffloadWork {
+        /// Objects to write.
+        jobs: Vec<OffloadJob>,
+        /// Locators of records to end.
+        drops: Vec<u64>,
     },
 }
 
@@ -434,6 +521,20 @@ impl Request {
                 Ok(())
             }
             Request::RemoveAll { .. } => Ok(()),
+            Request::MountDisk { name, records, .. } => {
+                check_name(name)?;
+                check_batch(records.len())?;
+                records.iter().try_for_each(|r| check_key(&r.key))
+            }
+            Request::OffloadPoll {
+                name, done, lost, ..
+            } => {
+                check_name(name)?;
+                check_batch(done.len())?;
+                check_batch(lost.len())?;
+                done.iter().try_for_each(|d| check_key(&d.key))?;
+                lost.iter().try_for_each(|r| check_key(&r.key))
+            }
         }
     }
 
@@ -454,6 +555,8 @@ impl Request {
             Request::Remove { .. } => "remove",
             Request::RemoveByRegex { .. } => "remove_by_regex",
             Request::RemoveAll { .. } => "remove_all",
+            Request::MountDisk { .. } => "mount_disk",
+            Request::OffloadPoll { .. } => "offload_poll",
         }
     }
 }

@@ -1,0 +1,157 @@
+//! The master's side of the disk tier: a tier's mount (or takeover, with the records its owner
+//! found), its owner's polls for work, and write-behind after each put.
+
+use super::Master;
+use super::segments::DiskMount;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::Relaxed;
+use tidewire::store::proto::{DiskRecord, KeyVersion, OffloadDone, Reply, code};
+use tidewire::sync::LockClean;
+use tidewire::tw_log;
+
+impl Master {
+    fn tier_off() -> Reply {
+        Reply::Error {
+            code: code::UNAVAILABLE_IN_CURRENT_MODE,
+            message: "this master has no disk tier: start it with --enable_offload".into(),
+        }
+    }
+
+    /// `Request::MountDisk`.
+    pub(super) fn mount_disk(
+        &self,
+        client_id: u64,
+        name: &str,
+        capacity: u64,
+        first: bool,
+        last: bool,
+        records: &[DiskRecord],
+    ) -> Reply {
+        if !self.cfg.tier.enabled {
+            return Self::tier_off();
+        }
+        self.touch(client_id);
+        let mount = match first {
+            true => self.segs.mount_disk(client_id, name, capacity),
+            false => match self.segs.id_of(name) {
+                Some(id) if self.segs.of_client(client_id).contains(&id) => Ok(
+                    match LockClean::lock_clean(&self.offloads.confirming).contains_key(&id) {
+                        true => DiskMount::Known(id),
+                        false => DiskMount::Fresh(id),
+                    },
+                ),
+                _ => Err(code::SEGMENT_NOT_FOUND),
+            },
+        };
+        let mount = match mount {
+            Ok(m) => m,
+            Err(c) => {
+                return Reply::Error {
+                    code: c,
+                    message: format!("disk tier {name:?} cannot be mounted"),
+                };
+            }
+        };
+        let mut confirming = self.offloads.confirming.lock_clean();
+        let codes = match mount {
+            DiskMount::Known(id) => {
+                let seen = confirming.entry(id).or_default();
+                self.objs.adopt(mount, records, &self.segs, seen)
+            }
+            DiskMount::Fresh(_) => self
+                .objs
+                .adopt(mount, records, &self.segs, &mut HashSet::new()),
+        };
+        if last {
+            let (id, known) = match mount {
+                DiskMount::Known(id) => (id, true),
+                DiskMount::Fresh(id) => (id, false),
+            };
+            let seen = confirming.remove(&id).unwrap_or_default();
+            drop(confirming);
+            if known {
+                let gone = self
+                    .objs
+                    .drop_disk_records(id, Some(&seen), None, &self.segs);
+                tw_log!(
+                    tidewire::log::Level::Info,
+                    "master: disk tier {name:?} taken over by client {client_id:#x}: {} records \
+                     kept, {gone} objects whose records were not found removed",
+                    seen.len()
+                );
+            }
+            self.segs.wake_disk(id);
+        }
+        Reply::Codes { codes }
+    }
+
+    /// `Request::OffloadPoll`.
+    pub(super) fn offload_poll(
+        &self,
+        client_id: u64,
+        name: &str,
+        done: &[OffloadDone],
+        lost: &[DiskRecord],
+        max: u32,
+    ) -> Reply {
+        if !self.cfg.tier.enabled {
+            return Self::tier_off();
+        }
+        self.touch(client_id);
+        let Some(id) = self
+            .segs
+            .id_of(name)
+            .filter(|id| self.segs.of_client(client_id).contains(id))
+        else {
+            return Reply::Error {
+                code: code::SEGMENT_NOT_FOUND,
+                message: format!("disk tier {name:?} is not mounted by this client"),
+            };
+        };
+        for d in done {
+            match d.loc {
+                Some(_) => self.offloads.written.fetch_add(1, Relaxed),
+                None => self.offloads.failed.fetch_add(1, Relaxed),
+            };
+            if self.objs.offload_done(client_id, id, d, &self.segs) > 0 {
+                self.offloads.demoted.fetch_add(1, Relaxed);
+            }
+        }
+        if !lost.is_empty() {
+            let locs: HashSet<u64> = lost.iter().map(|r| r.loc).collect();
+            self.objs
+                .drop_disk_records(id, None, Some(&locs), &self.segs);
+            self.offloads.lost.fetch_add(lost.len() as u64, Relaxed);
+        }
+        Reply::OffloadWork {
+            jobs: self.offloads.take(client_id, max as usize),
+            drops: self.segs.take_drops(id),
+        }
+    }
+
+    /// Write-behind (the tier on, not only on eviction): each object just published is queued
+    /// for the owner of its memory replica, when that owner has a tier and the queue has room.
+    pub(super) fn write_behind(&self, items: &[KeyVersion], codes: &[i32]) {
+        let t = &self.cfg.tier;
+        if !t.enabled || t.on_evict {
+            return;
+        }
+        for (kv, c) in items.iter().zip(codes) {
+            if *c != code::OK {
+                continue;
+            }
+            if !self.offloads.has_room(t.queue_limit) {
+                self.offloads.overflow.fetch_add(1, Relaxed);
+                continue;
+            }
+            if let Some((owner, job)) = self.objs.offload_job(&kv.key, &self.segs, false) {
+                self.offloads.push(owner, job);
+            }
+        }
+    }
+
+    /// Whether any disk tier is mounted (room may come from writes in flight).
+    pub(super) fn offloading(&self) -> bool {
+        self.cfg.tier.enabled && self.segs.disk_usage().0 > 0
+    }
+}

@@ -1,0 +1,103 @@
+//! The disk tier's settings (mooncake_master's offload flags) and its work queues: objects
+//! waiting to be written by the owner of their memory segment, per owner, and what the master
+//! counts about them.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+use tidewire::store::proto::OffloadJob;
+use tidewire::sync::LockClean;
+
+/// Disk-tier behaviour.
+#[derive(Debug, Clone)]
+pub struct TierConfig {
+    /// Clients may mount disk tiers (`--enable_offload`).
+    pub enabled: bool,
+    /// Write to disk only when eviction picks an object, not after every put
+    /// (`--offload_on_evict`).
+    pub on_evict: bool,
+    /// With `on_evict`: an object eviction picks that cannot be queued (queue full) is dropped
+    /// instead of kept in memory (`--offload_force_evict`).
+    pub force_evict: bool,
+    /// Most objects queued for writing, over all owners (`--offloading_queue_limit`).
+    pub queue_limit: usize,
+    /// A tier whose owner went silent keeps its records known this long, for the owner's
+    /// restart; then it is unmounted (`--disk_dormant_sec`, tidewire's).
+    pub dormant_ttl: Duration,
+}
+
+impl Default for TierConfig {
+    fn default() -> Self {
+        TierConfig {
+            enabled: false,
+            on_evict: false,
+            force_evict: false,
+            queue_limit: 50_000,
+            dormant_ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Objects queued for their owners, and counters.
+#[derive(Default)]
+pub struct Offloads {
+    queues: Mutex<HashMap<u64, VecDeque<OffloadJob>>>,
+    queued: AtomicUsize,
+    /// Objects not queued because the queue was full.
+    pub overflow: AtomicU64,
+    /// Objects written to disk.
+    pub written: AtomicU64,
+    /// Writes that failed.
+    pub failed: AtomicU64,
+    /// Records deleted under owners' quotas.
+    pub lost: AtomicU64,
+    /// Memory replicas dropped because a disk replica holds the value.
+    pub demoted: AtomicU64,
+    /// Tiers being taken over: the records their owner confirmed so far.
+    pub(crate) confirming: Mutex<HashMap<u32, HashSet<u64>>>,
+}
+
+impl Offloads {
+    /// Whether one more job fits under `limit`.
+    pub fn has_room(&self, limit: usize) -> bool {
+        self.queued.load(Ordering::Relaxed) < limit
+    }
+
+    /// Queues `job` for `owner`.
+    pub fn push(&self, owner: u64, job: OffloadJob) {
+        self.queues
+            .lock_clean()
+            .entry(owner)
+            .or_default()
+            .push_back(job);
+        self.queued.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes up to `max` of `owner`'s jobs.
+    pub fn take(&self, owner: u64, max: usize) -> Vec<OffloadJob> {
+        let mut q = self.queues.lock_clean();
+        let Some(jobs) = q.get_mut(&owner) else {
+            return Vec::new();
+        };
+        let n = max.min(jobs.len());
+        let out: Vec<OffloadJob> = jobs.drain(..n).collect();
+        if jobs.is_empty() {
+            q.remove(&owner);
+        }
+        self.queued.fetch_sub(out.len(), Ordering::Relaxed);
+        out
+    }
+
+    /// Forgets `owner`'s queue (it went away; its holds end with its heartbeats).
+    pub fn forget(&self, owner: u64) {
+        if let Some(jobs) = self.queues.lock_clean().remove(&owner) {
+            self.queued.fetch_sub(jobs.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// Jobs queued.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+}
