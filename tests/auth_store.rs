@@ -31,6 +31,7 @@ fn child_store_client_main() {
         protocol: "tcp".into(),
         device_name: String::new(),
         master_server_address: master,
+        disk: None,
     });
     let c = match setup {
         Ok(c) => c,

@@ -54,6 +54,7 @@ fn client(m: &MasterProc, seg: u64, metadata: &str) -> StoreClient {
         protocol: "tcp".into(),
         device_name: String::new(),
         master_server_address: m.addr(),
+        disk: None,
     })
     .expect("setup")
 }

@@ -594,8 +594,13 @@ impl Master {
     pub fn metrics_text(&self) -> String {
         let (segments, used, cap) = self.segs.usage();
         let clients = self.clients.lock_clean().len();
-        self.metrics
-            .render(self.objs.count(), used, cap, segments, clients)
+        let mut text = self
+            .metrics
+            .render(self.objs.count(), used, cap, segments, clients);
+        if self.cfg.tier.enabled {
+            text.push_str(&self.offloads.render(self.segs.disk_usage()));
+        }
+        text
     }
 }
 

@@ -100,4 +100,68 @@ impl Offloads {
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
     }
+
+    /// Prometheus text for the disk tier; `disks` is (tiers, bytes held, quota).
+    pub fn render(&self, disks: (usize, u64, u64)) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let mut one = |name: &str, kind: &str, help: &str, v: u64| {
+            let _ = writeln!(
+                s,
+                "# HELP tidewire_master_{name} {help}\n# TYPE tidewire_master_{name} {kind}\n\
+                 tidewire_master_{name} {v}"
+            );
+        };
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        one("disk_tiers", "gauge", "Disk tiers mounted", disks.0 as u64);
+        one(
+            "disk_used_bytes",
+            "gauge",
+            "Bytes of objects on disk tiers",
+            disks.1,
+        );
+        one(
+            "disk_capacity_bytes",
+            "gauge",
+            "Quota of the disk tiers",
+            disks.2,
+        );
+        one(
+            "offload_queued",
+            "gauge",
+            "Objects waiting to be written to disk",
+            self.queued() as u64,
+        );
+        one(
+            "offload_written_total",
+            "counter",
+            "Objects written to disk",
+            c(&self.written),
+        );
+        one(
+            "offload_failed_total",
+            "counter",
+            "Writes to disk that failed",
+            c(&self.failed),
+        );
+        one(
+            "offload_queue_overflow_total",
+            "counter",
+            "Objects kept in memory (or evicted) because the write queue was full",
+            c(&self.overflow),
+        );
+        one(
+            "offload_lost_total",
+            "counter",
+            "Disk records deleted under a quota",
+            c(&self.lost),
+        );
+        one(
+            "offload_demoted_total",
+            "counter",
+            "Memory replicas dropped because a disk replica holds the value",
+            c(&self.demoted),
+        );
+        s
+    }
 }

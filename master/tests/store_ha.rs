@@ -89,6 +89,7 @@ fn client_on(master: &str, seg: u64, metadata: &str) -> StoreClient {
         protocol: "tcp".into(),
         device_name: String::new(),
         master_server_address: master.into(),
+        disk: None,
     })
     .expect("setup")
 }

@@ -4,6 +4,7 @@
 
 use super::StoreError;
 use super::conn::MasterConn;
+use super::disk::{DiskConfig, DiskTier};
 use super::mem::{LocalBuffer, Mapped};
 use super::proto::{Request, code};
 use super::shared::{Shared, StoreClient};
@@ -30,6 +31,8 @@ pub struct StoreConfig {
     pub device_name: String,
     /// Master `host:port`, or `etcd://h1:p;h2:p` to follow the elected master (HA).
     pub master_server_address: String,
+    /// The disk tier (`enable_ssd_offload`, `ssd_offload_path`): `None` keeps values in memory.
+    pub disk: Option<DiskConfig>,
 }
 
 /// The master a client dials when none is given (Mooncake's default).
@@ -45,6 +48,7 @@ impl Default for StoreConfig {
             protocol: "tcp".into(),
             device_name: String::new(),
             master_server_address: DEFAULT_MASTER_ADDRESS.into(),
+            disk: None,
         }
     }
 }
@@ -117,6 +121,19 @@ impl StoreClient {
     /// the master and starts the heartbeat.
     pub fn setup(cfg: &StoreConfig) -> Result<StoreClient, StoreError> {
         let engine_cfg = engine_config(cfg)?;
+        // The tier's path is checked (and its directory locked) before anything starts.
+        let tier = match &cfg.disk {
+            Some(d) if cfg.global_segment_size > 0 => Some(Arc::new(DiskTier::open(d)?)),
+            Some(_) => {
+                tw_log!(
+                    crate::log::Level::Warn,
+                    "store: enable_ssd_offload without a global segment: this client holds no \
+                     objects to write, so it opens no disk tier"
+                );
+                None
+            }
+            None => None,
+        };
         let conn = MasterConn::new(
             &cfg.master_server_address,
             Duration::from_secs(3),
@@ -162,6 +179,9 @@ impl StoreClient {
             beats: super::holds::Heartbeats::new(),
             sessions: Default::default(),
             stale: Default::default(),
+            tier: tier.clone(),
+            neighbours: Default::default(),
+            disk_reads: Default::default(),
         });
         shared.ping()?;
         shared.mount()?;
@@ -171,11 +191,17 @@ impl StoreClient {
             .name("tw-store-ping".into())
             .spawn(move || heartbeat(&sh, &st))
             .map_err(|e| StoreError::new(code::INTERNAL_ERROR, format!("heartbeat thread: {e}")))?;
-        Ok(StoreClient {
+        let mut client = StoreClient {
             shared,
             stop,
             heartbeat: Some(heartbeat),
-        })
+            offload: None,
+        };
+        if let Some(t) = tier {
+            let t = super::offload::start(client.shared.clone(), t, client.stop.clone())?;
+            client.offload = Some(t);
+        }
+        Ok(client)
     }
 
     /// This client's engine endpoint (`host:port`), also its segment name.
@@ -232,6 +258,9 @@ impl Drop for StoreClient {
             cv.notify_all();
         }
         if let Some(t) = self.heartbeat.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.offload.take() {
             let _ = t.join();
         }
         if self.shared.segment.is_some() {

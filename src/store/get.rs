@@ -33,6 +33,7 @@ pub(crate) fn get_chunk<'m>(
         out[i] = match dst(i, g.size) {
             Ok(m) if m.usable(|a, n| sh.usable(a, n), g.size) => {
                 reads.push(Read {
+                    key: keys[i],
                     dst: m,
                     off: 0,
                     len: g.size,
@@ -143,6 +144,7 @@ impl StoreClient {
             }
             out[i] = len as i64;
             reads.push(Read {
+                key: k,
                 dst: Mem::One(dst),
                 off: src_off,
                 len,

@@ -11,6 +11,7 @@ use super::proto::{KeyVersion, PutItem, Reply, Request, StartResult, WriteConfig
 use super::shared::{Shared, StoreClient};
 use crate::engine::Request as Xfer;
 use crate::transport::Opcode;
+use std::time::{Duration, Instant};
 
 /// Source of key `i`'s bytes for one replica (`true`: an engine WRITE will read it): memory
 /// covering the key's whole length.
@@ -30,15 +31,65 @@ pub(crate) fn put_chunk(
     out: &mut [i32],
 ) {
     let again = put_chunk_once(sh, items, src, upsert, cfg, out);
-    if again.is_empty() {
-        return;
+    if !again.is_empty() {
+        let sub: Vec<KeyBuf<'_>> = again.iter().map(|&i| items[i]).collect();
+        let mut sub_out = vec![code::OK; sub.len()];
+        let mut sub_src = |j: usize, remote: bool| src(again[j], remote);
+        let _ = put_chunk_once(sh, &sub, &mut sub_src, upsert, cfg, &mut sub_out);
+        for (o, &i) in sub_out.into_iter().zip(&again) {
+            out[i] = o;
+        }
     }
-    let sub: Vec<KeyBuf<'_>> = again.iter().map(|&i| items[i]).collect();
-    let mut sub_out = vec![code::OK; sub.len()];
-    let mut sub_src = |j: usize, remote: bool| src(again[j], remote);
-    let _ = put_chunk_once(sh, &sub, &mut sub_src, upsert, cfg, &mut sub_out);
-    for (o, &i) in sub_out.into_iter().zip(&again) {
-        out[i] = o;
+    wait_for_room(sh, items, src, upsert, cfg, out);
+}
+
+/// How long a put waits for a disk tier to make room (`TW_STORE_PUT_ROOM_WAIT_MS`, 5,000).
+fn room_wait() -> Duration {
+    static WAIT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *WAIT.get_or_init(|| {
+        let ms = std::env::var("TW_STORE_PUT_ROOM_WAIT_MS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(5_000);
+        Duration::from_millis(ms)
+    })
+}
+
+/// Keys the master had no room for while a disk tier was writing objects out
+/// (`ROOM_BEING_MADE`) are tried again, backing off from 1 to 16 ms, until they fit or
+/// [`room_wait`] passes; then they fail with `NO_AVAILABLE_HANDLE`, as without a tier.
+fn wait_for_room(
+    sh: &Shared,
+    items: &[KeyBuf<'_>],
+    src: &mut SrcFn<'_>,
+    upsert: bool,
+    cfg: &WriteConfig,
+    out: &mut [i32],
+) {
+    let deadline = Instant::now() + room_wait();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let waiting: Vec<usize> = (0..out.len())
+            .filter(|&i| out[i] == code::ROOM_BEING_MADE)
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            waiting
+                .iter()
+                .for_each(|&i| out[i] = code::NO_AVAILABLE_HANDLE);
+            return;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(16));
+        let sub: Vec<KeyBuf<'_>> = waiting.iter().map(|&i| items[i]).collect();
+        let mut sub_out = vec![code::OK; sub.len()];
+        let mut sub_src = |j: usize, remote: bool| src(waiting[j], remote);
+        let _ = put_chunk_once(sh, &sub, &mut sub_src, upsert, cfg, &mut sub_out);
+        for (o, &i) in sub_out.into_iter().zip(&waiting) {
+            out[i] = o;
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 
 use super::batch::BatchEnd;
 use super::caller_memory::Mem;
+use super::disk_reads::{on_disk, read_disk_replicas};
 use super::mem::{Copy, copy_placed, populate_behind, prefault_write};
 use super::proto::{GetResult, ReplicaDesc, code};
 use super::shared::Shared;
@@ -14,6 +15,7 @@ use crate::transport::Opcode;
 /// One read: `len` bytes at offset `off` of a found object, into caller memory `dst` (one
 /// range, or pieces filled in order).
 pub(crate) struct Read<'a> {
+    pub(crate) key: &'a str,
     pub(crate) dst: Mem<'a>,
     pub(crate) off: u64,
     pub(crate) len: u64,
@@ -39,8 +41,11 @@ pub(crate) unsafe fn read_replicas(
     // Per read still to go over the engine: its remote replicas, and which one is next. A
     // read in pieces is one request per piece, all to the same replica.
     let mut remote: Vec<(usize, Vec<&ReplicaDesc>, usize)> = Vec::new();
+    // Reads to serve from a disk tier: those with no memory replica, and (after the engine
+    // rounds) those whose memory replicas all failed.
+    let mut from_disk: Vec<usize> = Vec::new();
     for (i, r) in reads.iter().enumerate() {
-        let fits = |d: &&ReplicaDesc| d.len == r.found.size;
+        let fits = |d: &&ReplicaDesc| d.len == r.found.size && !on_disk(d);
         if let Some(own) = r
             .found
             .replicas
@@ -60,7 +65,10 @@ pub(crate) unsafe fn read_replicas(
         }
         let others: Vec<&ReplicaDesc> = r.found.replicas.iter().filter(fits).collect();
         if others.is_empty() {
-            out[i] = Err(code::INTERNAL_ERROR);
+            match r.found.replicas.iter().any(|d| on_disk(&d)) {
+                true => from_disk.push(i),
+                false => out[i] = Err(code::INTERNAL_ERROR),
+            }
         } else {
             remote.push((i, others, 0));
         }
@@ -156,5 +164,14 @@ pub(crate) unsafe fn read_replicas(
         remote = still;
     }
     sh.report_failed(failed_segments);
+    for (i, r) in reads.iter().enumerate() {
+        if out[i] == Err(code::TRANSFER_FAIL) && r.found.replicas.iter().any(|d| on_disk(&d)) {
+            from_disk.push(i);
+        }
+    }
+    if !from_disk.is_empty() {
+        // SAFETY: as this fn's contract, for the reads listed.
+        unsafe { read_disk_replicas(sh, reads, &from_disk, &mut out) };
+    }
     out
 }

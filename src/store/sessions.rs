@@ -129,6 +129,7 @@ impl StoreClient {
             out[*i] = frags.iter().map(|f| f.1 as i64).sum();
             for &(dst, len, off) in frags.iter().filter(|f| f.1 > 0) {
                 reads.push(Read {
+                    key: items[*i].0,
                     dst: Mem::One(dst),
                     off,
                     len,

@@ -9,13 +9,15 @@
 use super::StoreError;
 use super::batch::{BatchEnd, Stale, run_batch};
 use super::conn::MasterConn;
+use super::disk::DiskTier;
+use super::disk::files::Neighbours;
 use super::holds::{Heartbeats, ReadHold, Session, Sessions};
 use super::mem::{LocalBuffer, Mapped};
 use super::proto::{GetResult, KeyVersion, ReplicaDesc, Reply, Request, code, key_chunks};
 use crate::engine::{Engine, Request as Xfer};
 use crate::sync::LockClean;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -36,6 +38,12 @@ pub(crate) struct Shared {
     pub(crate) sessions: Sessions,
     /// Batches that ran out of time, freed once their work ends (see `batch.rs`).
     pub(crate) stale: Stale,
+    /// This client's disk tier (`enable_ssd_offload`).
+    pub(crate) tier: Option<Arc<DiskTier>>,
+    /// Other processes' tiers on this host, read directly.
+    pub(crate) neighbours: Neighbours,
+    /// Objects read from disk tiers.
+    pub(crate) disk_reads: AtomicU64,
 }
 
 /// A store client. Every method is thread-safe; the data path takes no global lock.
@@ -43,6 +51,7 @@ pub struct StoreClient {
     pub(crate) shared: Arc<Shared>,
     pub(crate) stop: Arc<(Mutex<bool>, Condvar)>,
     pub(crate) heartbeat: Option<JoinHandle<()>>,
+    pub(crate) offload: Option<JoinHandle<()>>,
 }
 
 impl Shared {
@@ -56,7 +65,10 @@ impl Shared {
             base: seg.addr(),
             size: seg.len() as u64,
         })? {
-            Reply::Ok => Ok(()),
+            Reply::Ok => match &self.tier {
+                Some(t) => self.mount_disk(t),
+                None => Ok(()),
+            },
             other => Err(StoreError::new(
                 code::RPC_FAIL,
                 format!("unexpected mount reply {other:?}"),
@@ -81,6 +93,18 @@ impl Shared {
                 format!("unexpected ping reply {other:?}"),
             )),
         }
+    }
+
+    /// `len` bytes at `addr` of our own segment, when they lie in it.
+    ///
+    /// # Safety
+    /// Nobody writes those bytes while the slice lives (the master holds their version for us).
+    pub(crate) unsafe fn own_bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        let seg = self.segment.as_ref().filter(|s| s.contains(addr, len))?;
+        let _ = seg;
+        // SAFETY: the range lies in our mapped segment (checked), which lives as long as
+        // `self`; the caller's contract rules out writers.
+        Some(unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) })
     }
 
     pub(crate) fn own_segment(&self, r: &ReplicaDesc) -> bool {

@@ -69,6 +69,7 @@ impl TestMaster {
             protocol: "tcp".into(),
             device_name: String::new(),
             master_server_address: format!("127.0.0.1:{}", self.1),
+            disk: None,
         })
         .expect("setup")
     }

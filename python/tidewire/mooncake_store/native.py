@@ -65,12 +65,14 @@ def _keys(keys: Sequence[Any]) -> Tuple[Any, Any, Any]:
 
 # ------------------------------------------------------------------------------ lifecycle
 def setup(local_hostname: bytes, metadata_server: bytes, segment: int, local: int,
-          protocol: bytes, rdma_devices: bytes, master: bytes) -> Tuple[int, Optional[Handle]]:
-    """``tw_store_setup``: ``(0, handle)`` or ``(code, None)`` (the thread's last error says
-    why)."""
+          protocol: bytes, rdma_devices: bytes, master: bytes,
+          disk_path: bytes = b"") -> Tuple[int, Optional[Handle]]:
+    """``tw_store_setup_disk``: ``(0, handle)`` or ``(code, None)`` (the thread's last error
+    says why). An empty ``disk_path`` means no disk tier."""
     h = c_void_p()
-    rc = _ffi.lib().tw_store_setup(local_hostname, metadata_server, segment, local, protocol,
-                                   rdma_devices, master, byref(h))
+    rc = _ffi.lib().tw_store_setup_disk(local_hostname, metadata_server, segment, local,
+                                        protocol, rdma_devices, master, disk_path or None,
+                                        byref(h))
     return (0, h) if rc == 0 else (from_c(rc), None)
 
 

@@ -3,6 +3,7 @@ arguments and Mooncake's keywords, or one dict (whose values may be strings, as 
 them: ``"1gb"`` sizes, ``"true"`` flags). Unknown keywords raise ``TypeError`` as Mooncake's
 binding does; unknown dict keys are ignored, as Mooncake ignores them."""
 
+import os
 import re
 from typing import Any, Dict, Sequence
 
@@ -97,3 +98,17 @@ def from_call(args: Sequence[Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
     for k, d in KEYWORDS.items():
         cfg.setdefault(k, d)
     return cfg
+
+
+def offload_path(cfg: Dict[str, Any]) -> str:
+    """The disk tier's directory for a setup call, or ``""`` for none: with
+    ``enable_ssd_offload`` true, ``ssd_offload_path`` or else ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``
+    (the keyword wins, as in Mooncake). Raises ``ValueError`` (Mooncake's message) when the tier
+    is asked for with no path at all; the path itself is checked by the library."""
+    if not parse_flag(cfg.get("enable_ssd_offload", False)):
+        return ""
+    path = str(cfg.get("ssd_offload_path") or "") or os.environ.get(
+        "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "")
+    if not path:
+        raise ValueError("Invalid FileStorage configuration")
+    return path

@@ -64,6 +64,11 @@ STORE_SIGNATURES = {
         [c_char_p, c_char_p, c_uint64, c_uint64, c_char_p, c_char_p, c_char_p, _p(c_void_p)],
         c_int32,
     ),
+    "tw_store_setup_disk": (
+        [c_char_p, c_char_p, c_uint64, c_uint64, c_char_p, c_char_p, c_char_p, c_char_p,
+         _p(c_void_p)],
+        c_int32,
+    ),
     "tw_store_free": ([c_void_p], None),
     "tw_store_hostname": ([c_void_p, c_void_p, c_size_t], c_int32),
     "tw_store_health_check": ([c_void_p], c_int32),

@@ -43,9 +43,11 @@ pub const TW_STORE_TRANSFER_FAIL: i32 = -800;
 pub const TW_STORE_RPC_FAIL: i32 = -900;
 /// The master did not answer in time.
 pub const TW_STORE_RPC_TIMEOUT: i32 = -901;
+/// The operation needs a mode this deployment is not in (a disk tier on a master without one).
+pub const TW_STORE_UNAVAILABLE_IN_CURRENT_MODE: i32 = -1300;
 
 /// Every `TW_STORE_*` code with its name and Mooncake's number for it.
-const TABLE: [(i32, &str, i32); 13] = [
+const TABLE: [(i32, &str, i32); 14] = [
     (TW_STORE_OK, "TW_STORE_OK\0", code::OK),
     (
         TW_STORE_INTERNAL_ERROR,
@@ -102,6 +104,11 @@ const TABLE: [(i32, &str, i32); 13] = [
         TW_STORE_RPC_TIMEOUT,
         "TW_STORE_RPC_TIMEOUT\0",
         code::RPC_TIMEOUT,
+    ),
+    (
+        TW_STORE_UNAVAILABLE_IN_CURRENT_MODE,
+        "TW_STORE_UNAVAILABLE_IN_CURRENT_MODE\0",
+        code::UNAVAILABLE_IN_CURRENT_MODE,
     ),
 ];
 

@@ -93,6 +93,46 @@ pub unsafe extern "C" fn tw_store_setup(
     master_server_address: *const c_char,
     out: *mut *mut tw_store,
 ) -> i32 {
+    // SAFETY: the same contract, and no disk tier.
+    unsafe {
+        tw_store_setup_disk(
+            local_hostname,
+            metadata_server,
+            global_segment_size,
+            local_buffer_size,
+            protocol,
+            device_name,
+            master_server_address,
+            std::ptr::null(),
+            out,
+        )
+    }
+}
+
+/// `tw_store_setup` with a disk tier (Mooncake's `enable_ssd_offload=True,
+/// ssd_offload_path=...`): objects of this client's segment are written to record files in
+/// `ssd_offload_path` (absolute, existing, writable, no symlink or `..`; NULL or empty: no
+/// tier), as the master (`--enable_offload`) directs, and a restart on the same path adopts
+/// them again. Quota and file size come from `MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE` and
+/// `MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES`. A bad path is `TW_STORE_INVALID_PARAMS`, a
+/// master without a disk tier `TW_STORE_UNAVAILABLE_IN_CURRENT_MODE`, each with its reason in
+/// `tw_last_error`.
+///
+/// # Safety
+/// Strings are NULL or valid C strings; `out` is writable.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn tw_store_setup_disk(
+    local_hostname: *const c_char,
+    metadata_server: *const c_char,
+    global_segment_size: u64,
+    local_buffer_size: u64,
+    protocol: *const c_char,
+    device_name: *const c_char,
+    master_server_address: *const c_char,
+    ssd_offload_path: *const c_char,
+    out: *mut *mut tw_store,
+) -> i32 {
     ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         if out.is_null() {
             return bad("out is NULL");
@@ -106,6 +146,7 @@ pub unsafe extern "C" fn tw_store_setup(
                 .map(String::from)
                 .map_err(|e| bad(e.to_string()))
         };
+        let disk_path = tri!(s(ssd_offload_path, "ssd_offload_path", ""));
         let cfg = StoreConfig {
             local_hostname: tri!(s(local_hostname, "local_hostname", "")),
             metadata_server: tri!(s(metadata_server, "metadata_server", "P2PHANDSHAKE")),
@@ -118,6 +159,8 @@ pub unsafe extern "C" fn tw_store_setup(
                 "master_server_address",
                 crate::store::client::DEFAULT_MASTER_ADDRESS
             )),
+            disk: (!ssd_offload_path.is_null() && !disk_path.is_empty())
+                .then(|| crate::store::disk::DiskConfig::from_env(&disk_path)),
         };
         match StoreClient::setup(&cfg) {
             Ok(client) => {

@@ -24,7 +24,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Disk-tier settings (Mooncake's names in brackets).
 #[derive(Debug, Clone)]
@@ -136,7 +136,7 @@ pub struct DiskTier {
     id: String,
     quota: u64,
     file_limit: u64,
-    files: Files,
+    files: Arc<Files>,
     state: Mutex<State>,
     /// Held for the tier's life: the `flock` on `tier.lock`.
     _lock: File,
@@ -250,7 +250,7 @@ impl DiskTier {
         };
         let state = scan(&dir)?;
         Ok(DiskTier {
-            files: Files::new(&dir),
+            files: Arc::new(Files::new(&dir)),
             dir,
             id,
             quota,
@@ -295,6 +295,11 @@ impl DiskTier {
     /// The record files, for reads.
     pub fn files(&self) -> &Files {
         &self.files
+    }
+
+    /// The record files, shared.
+    pub fn files_handle(&self) -> Arc<Files> {
+        self.files.clone()
     }
 
     /// Appends one record per `(key, value)` (a new file is started past the file limit);
