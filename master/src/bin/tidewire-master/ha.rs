@@ -8,21 +8,31 @@ use crate::flags::HaFlags;
 use std::sync::Arc;
 use std::time::Duration;
 use tidewire::etcd::EtcdClient;
-use tidewire::etcd::election::{Election, ElectionConfig, Role, master_view_key_from_env};
+use tidewire::etcd::election::{
+    DEFAULT_CLUSTER_ID, Election, ElectionConfig, Role, master_view_key,
+};
 use tidewire::etcd::journal::{Fence, Journal};
 use tidewire::etcd::journal_writer::{CompactPolicy, JournalWriter};
 use tidewire::store::conn::STANDBY_MARK;
 use tidewire_master::Master;
 use tidewire_master::admin::{HaStatus, RuntimeState};
 
-fn journal_prefix() -> String {
-    let c = std::env::var("MC_STORE_CLUSTER_ID").unwrap_or_default();
-    let c = if c.trim().is_empty() {
-        "mooncake_cluster".to_string()
-    } else {
-        c.trim().to_string()
+/// The cluster's name in etcd's keys: `--cluster_id`, else `MC_STORE_CLUSTER_ID`, else
+/// Mooncake's `mooncake_cluster`.
+pub fn cluster(ha: &HaFlags) -> String {
+    let from_env = || std::env::var("MC_STORE_CLUSTER_ID").unwrap_or_default();
+    let c = match ha.cluster_id.trim() {
+        "" => from_env(),
+        given => given.to_string(),
     };
-    format!("tidewire-store/{c}/journal/")
+    match c.trim() {
+        "" => DEFAULT_CLUSTER_ID.to_string(),
+        c => c.to_string(),
+    }
+}
+
+fn journal_prefix(ha: &HaFlags) -> String {
+    format!("tidewire-store/{}/journal/", cluster(ha))
 }
 
 fn take_over(master: &Arc<Master>, ha: &HaFlags, key: &str, view: i64) -> Result<(), String> {
@@ -37,7 +47,7 @@ fn take_over(master: &Arc<Master>, ha: &HaFlags, key: &str, view: i64) -> Result
         create_revision: view,
     };
     let (journal, rec) =
-        Journal::open(client, &journal_prefix(), fence).map_err(|e| e.to_string())?;
+        Journal::open(client, &journal_prefix(ha), fence).map_err(|e| e.to_string())?;
     let (segs, objs) = master.restore(&rec)?;
     eprintln!(
         "tidewire-master: restored {segs} segment(s) and {objs} object(s) from the journal ({} record(s) after the snapshot)",
@@ -57,7 +67,7 @@ fn take_over(master: &Arc<Master>, ha: &HaFlags, key: &str, view: i64) -> Result
 /// Campaigns and gates `master`, reporting each change in `status` (the admin routes' view);
 /// returns only on a fatal error (the process then exits).
 pub fn run(master: Arc<Master>, ha: &HaFlags, advertised: &str, status: &HaStatus) -> String {
-    let key = master_view_key_from_env();
+    let key = master_view_key(&cluster(ha));
     let election = match Election::start(ElectionConfig {
         endpoints: ha.endpoints.clone(),
         key: key.clone(),

@@ -25,6 +25,9 @@ fn bind(host: &str, port: u16, what: &str) -> Result<TcpListener, String> {
 }
 
 fn run(f: flags::Flags) -> Result<(), String> {
+    for note in &f.notes {
+        eprintln!("tidewire-master: {note}");
+    }
     let master = Arc::new(Master::new(f.master.clone()));
     if f.ha.is_some() {
         master.set_standby(Some(format!(
@@ -33,11 +36,13 @@ fn run(f: flags::Flags) -> Result<(), String> {
         )));
     }
     let rpc = bind(&f.rpc_address, f.rpc_port, "rpc")?;
+    let defaults = ServerOptions::default();
     let opts = ServerOptions {
         max_connections: f.max_connections,
+        idle_timeout: f.idle_timeout.unwrap_or(defaults.idle_timeout),
         // Never logged: the value is a secret.
         auth_key: tidewire::auth::AuthKey::new(&std::env::var("TW_AUTH_KEY").unwrap_or_default()),
-        ..ServerOptions::default()
+        ..defaults
     };
     let server = MasterServer::start(master.clone(), rpc, opts).map_err(|e| e.to_string())?;
     let mut ready = serde_json::json!({"rpc_port": server.local_addr().port()});
@@ -117,7 +122,10 @@ fn main() {
             }
         }
         Err(e) => {
-            eprintln!("tidewire-master: {e}");
+            // One line per problem (every refused flag is named).
+            for line in e.lines() {
+                eprintln!("tidewire-master: {line}");
+            }
             std::process::exit(2);
         }
     }

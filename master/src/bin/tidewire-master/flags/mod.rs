@@ -1,6 +1,7 @@
-//! mooncake_master's command line: `-flag=value` and `--flag=value` (and `--flag value`; a bare
-//! boolean flag means true). Unknown flags are an error. The flags themselves are one table,
-//! [`table::FLAGS`]: names, aliases, kinds, defaults and help.
+//! mooncake_master's command line, as gflags reads it: `-flag=value` and `--flag=value` (and
+//! `--flag value`; a bare boolean flag means true, `--noflag` false). Unknown flags are an error.
+//! The flags themselves are one table, [`table::FLAGS`]: names, aliases, kinds, defaults, help,
+//! and for each of mooncake_master's flags tidewire does not honour, why it refuses it.
 
 mod table;
 
@@ -22,6 +23,12 @@ pub struct Flags {
     pub http_metadata_server_port: u16,
     pub master: MasterConfig,
     pub ha: Option<HaFlags>,
+    /// How long an idle RPC connection is kept (`--rpc_conn_timeout_seconds`); `None`: the
+    /// server's default.
+    pub idle_timeout: Option<Duration>,
+    /// Flags given that have no effect here, each a line naming the flag and why, said on stderr
+    /// at start.
+    pub notes: Vec<String>,
 }
 
 /// High availability through etcd (`--enable_ha`).
@@ -33,6 +40,9 @@ pub struct HaFlags {
     pub lease_ttl: i64,
     /// Journal objects in etcd so that a new leader keeps them (`--enable_oplog`).
     pub oplog: bool,
+    /// The cluster's name in etcd's keys (`--cluster_id`); empty: `MC_STORE_CLUSTER_ID`, else
+    /// Mooncake's `mooncake_cluster`.
+    pub cluster_id: String,
 }
 
 /// How a flag takes its value.
@@ -55,6 +65,8 @@ pub struct Parsed {
     pub enable_ha: bool,
     /// The HA settings, kept whether or not HA is on.
     pub ha: HaFlags,
+    /// `--rpc_interface`: its IPv4 address replaces `--rpc_address` once every flag is read.
+    pub rpc_interface: Option<String>,
 }
 
 /// One flag: one row of [`FLAGS`].
@@ -72,6 +84,47 @@ pub struct Flag {
     pub help: &'static str,
     /// Sets it: (settings, the name as given, the value).
     pub set: fn(&mut Parsed, &str, &str) -> Result<(), String>,
+    /// `Some`: one of mooncake_master's flags that tidewire does not honour; it is refused at
+    /// start, naming the flag and why (`set` is never called).
+    pub refused: Option<Refusal>,
+}
+
+/// Why a flag is refused, and the one value that may pass.
+pub struct Refusal {
+    /// Why, said after `--name: `.
+    pub why: &'static str,
+    /// The value that means the feature is off (where Mooncake's default means that), accepted
+    /// silently as tidewire already behaves so; `None`: every value is refused.
+    pub off: Option<&'static str>,
+    /// Being built (the SSD offload tier, KV events): the message says "not yet supported".
+    pub not_yet: bool,
+}
+
+impl Refusal {
+    /// Whether `value` is the "feature off" value.
+    fn is_off(&self, flag: &Flag, value: &str) -> bool {
+        let Some(off) = self.off else { return false };
+        if flag.is_bool() {
+            return matches!((boolean("", value), boolean("", off)), (Ok(a), Ok(b)) if a == b);
+        }
+        let v = value.trim();
+        v == off || matches!((v.parse::<f64>(), off.parse::<f64>()), (Ok(a), Ok(b)) if a == b)
+    }
+
+    /// The refusal of `--name`, as printed at start.
+    pub fn message(&self, name: &str) -> String {
+        let mut m = format!("--{name}: ");
+        if self.not_yet {
+            m.push_str("not yet supported: ");
+        }
+        m.push_str(self.why);
+        match self.off {
+            Some("") => m.push_str(&format!(" (only an empty --{name}= is accepted)")),
+            Some(off) => m.push_str(&format!(" (only --{name}={off} is accepted)")),
+            None => {}
+        }
+        m
+    }
 }
 
 impl Flag {
@@ -94,7 +147,7 @@ pub fn usage() -> String {
     let mut out = String::from(
         "tidewire-master: the tidewire Store master (accepts mooncake_master's flags, -f=v or --f=v)\n\n",
     );
-    for f in FLAGS {
+    for f in FLAGS.iter().filter(|f| f.refused.is_none()) {
         let left = match f.kind {
             Kind::Hidden(_) => continue,
             Kind::Bool => format!("  --{}=B", f.name),
@@ -109,7 +162,42 @@ pub fn usage() -> String {
             out.push_str(&format!("{:indent$}{line}\n", ""));
         }
     }
+    for (title, not_yet) in [
+        (
+            "refused (mooncake_master's flags tidewire does not honour; each says why,\n\
+             and docs/master.md lists the reasons)",
+            false,
+        ),
+        ("not yet supported (being built)", true),
+    ] {
+        out.push_str(&format!("\n{title}:\n"));
+        let names = FLAGS
+            .iter()
+            .filter(|f| f.refused.as_ref().is_some_and(|r| r.not_yet == not_yet))
+            .map(|f| format!("--{}", f.name));
+        out.push_str(&wrap(names, 2, 96));
+    }
     out.push_str(ENVIRONMENT);
+    out
+}
+
+/// `words` separated by spaces in lines of at most `width` columns, each indented by `indent`.
+fn wrap(words: impl Iterator<Item = String>, indent: usize, width: usize) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for w in words {
+        if !line.is_empty() && indent + line.len() + 1 + w.len() > width {
+            out.push_str(&format!("{:indent$}{line}\n", ""));
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&w);
+    }
+    if !line.is_empty() {
+        out.push_str(&format!("{:indent$}{line}\n", ""));
+    }
     out
 }
 
@@ -120,10 +208,11 @@ pub fn find(name: &str) -> Option<&'static Flag> {
         .find(|f| f.name == name || f.aliases.contains(&name))
 }
 
+/// A boolean as gflags reads it (and an empty value, a bare flag's, is true).
 fn boolean(name: &str, v: &str) -> Result<bool, String> {
     match v.to_ascii_lowercase().as_str() {
-        "" | "1" | "true" | "yes" => Ok(true),
-        "0" | "false" | "no" => Ok(false),
+        "" | "1" | "t" | "true" | "y" | "yes" => Ok(true),
+        "0" | "f" | "false" | "n" | "no" => Ok(false),
         _ => Err(format!("--{name}: {v:?} is not a boolean")),
     }
 }
@@ -177,14 +266,20 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
             http_metadata_server_port: 0,
             master: MasterConfig::default(),
             ha: None,
+            idle_timeout: None,
+            notes: Vec::new(),
         },
         enable_ha: false,
         ha: HaFlags {
             endpoints: String::new(),
             lease_ttl: 0,
             oplog: false,
+            cluster_id: String::new(),
         },
+        rpc_interface: None,
     };
+    // Every refused flag given, reported together.
+    let mut refusals = Vec::new();
     // Every default comes from the table.
     for f in FLAGS {
         if let Some(d) = f.default {
@@ -203,7 +298,11 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
             Some((n, v)) => (n, Some(v)),
             None => (body, None),
         };
-        let flag = find(name);
+        // gflags' `--noflag`: a boolean flag set to false.
+        let (name, value, flag) = match (find(name), name.strip_prefix("no").and_then(find)) {
+            (None, Some(f)) if f.is_bool() && value.is_none() => (f.name, Some("false"), Some(f)),
+            (f, _) => (name, value, f),
+        };
         if let Some(Flag {
             kind: Kind::Help, ..
         }) = flag
@@ -223,7 +322,19 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
             }
         };
         let flag = flag.ok_or_else(|| format!("unknown flag --{name} (see --help)"))?;
-        (flag.set)(&mut p, name, value)?;
+        match &flag.refused {
+            Some(r) if !r.is_off(flag, value) => refusals.push(r.message(flag.name)),
+            Some(_) => {}
+            None => (flag.set)(&mut p, name, value)?,
+        }
+    }
+    if !refusals.is_empty() {
+        return Err(refusals.join("\n"));
+    }
+    if let Some(i) = p.rpc_interface.take() {
+        p.flags.rpc_address = interface_ipv4(&i).ok_or_else(|| {
+            format!("--rpc_interface={i}: no such interface with an IPv4 address")
+        })?;
     }
     if p.enable_ha {
         if p.ha.endpoints.trim().is_empty() {
@@ -232,6 +343,34 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
         p.flags.ha = Some(p.ha);
     }
     Ok(Some(p.flags))
+}
+
+/// The first IPv4 address of the network interface `name` (Mooncake's `--rpc_interface`).
+pub fn interface_ipv4(name: &str) -> Option<String> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() && found.is_none() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        // SAFETY: ifa_name is a NUL-terminated string of the node.
+        let this = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        // SAFETY: a non-NULL ifa_addr points at a sockaddr whose family says its real type.
+        let family = (!ifa.ifa_addr.is_null()).then(|| unsafe { (*ifa.ifa_addr).sa_family });
+        if this.to_bytes() == name.as_bytes() && family.map(i32::from) == Some(libc::AF_INET) {
+            // SAFETY: the family is AF_INET, so this is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)).to_string());
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
 }
 
 #[cfg(test)]

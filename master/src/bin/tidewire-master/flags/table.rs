@@ -1,7 +1,7 @@
 //! [`FLAGS`]: the one table of the master's command-line flags. The `--help` text, the parser's
 //! names, aliases and boolean forms, and every default come from it: a new flag is one row.
 
-use super::{Flag, Kind, boolean, duration, number, ratio};
+use super::{Flag, Kind, Parsed, Refusal, boolean, duration, number, ratio};
 use std::time::Duration;
 use tidewire_master::segments::Strategy;
 
@@ -18,6 +18,20 @@ pub const FLAGS: &[Flag] = &[
             p.flags.rpc_address = v.to_string();
             Ok(())
         },
+        refused: None,
+    },
+    Flag {
+        name: "rpc_interface",
+        aliases: &[],
+        kind: Kind::Value("IF"),
+        default: None,
+        help: "a network interface whose IPv4 address replaces\n--rpc_address",
+        // Empty: not set (Mooncake's default).
+        set: |p, _, v| {
+            p.rpc_interface = Some(v.trim().to_string()).filter(|i| !i.is_empty());
+            Ok(())
+        },
+        refused: None,
     },
     Flag {
         name: "rpc_port",
@@ -26,6 +40,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("50051"),
         help: "RPC port (default {})",
         set: |p, n, v| number(n, v).map(|x| p.flags.rpc_port = x),
+        refused: None,
     },
     Flag {
         name: "max_connections",
@@ -41,14 +56,40 @@ pub const FLAGS: &[Flag] = &[
             }
             Ok(())
         },
+        refused: None,
+    },
+    Flag {
+        name: "rpc_conn_timeout_seconds",
+        aliases: &[],
+        kind: Kind::Value("S"),
+        default: None,
+        help: "an RPC connection idle this long is closed; 0: never\n(not given: 300)",
+        set: |p, n, v| {
+            let s: u64 = number(n, v)?;
+            p.flags.idle_timeout = Some(if s == 0 {
+                NEVER
+            } else {
+                Duration::from_secs(s)
+            });
+            Ok(())
+        },
+        refused: None,
     },
     Flag {
         name: "rpc_thread_num",
         aliases: &["max_threads"],
         kind: Kind::Value("N"),
         default: None,
-        help: "accepted for mooncake_master's command lines; threads\nfollow the CPU count here, not this number",
-        set: |_, n, v| number::<usize>(n, v).map(drop),
+        help: "read, but no effect (said at start): the RPC server's\nthreads follow the requests in flight",
+        set: |p, n, v| {
+            let x: usize = number(n, v)?;
+            p.flags.notes.push(format!(
+                "--{n}={x} has no effect: the RPC server's threads follow the requests in flight \
+                 (max(2, CPUs) stay, more start while requests wait)"
+            ));
+            Ok(())
+        },
+        refused: None,
     },
     Flag {
         name: "client_ttl",
@@ -57,6 +98,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("10"),
         help: "seconds without a heartbeat before a client's segments\ntake no new placements ({})",
         set: |p, n, v| seconds(n, v).map(|d| p.flags.master.client_ttl = d),
+        refused: None,
     },
     Flag {
         name: "client_grace_sec",
@@ -65,6 +107,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("10"),
         help: "further silent seconds before they are dropped with their\nobjects; a client that pings within them keeps all ({})",
         set: |p, n, v| seconds(n, v).map(|d| p.flags.master.client_grace = d),
+        refused: None,
     },
     Flag {
         name: "max_read_hold_sec",
@@ -73,6 +116,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("120"),
         help: "longest a read hold lasts past its lease while the reader's\nheartbeats arrive ({})",
         set: |p, n, v| seconds(n, v).map(|d| p.flags.master.read_hold_max = d),
+        refused: None,
     },
     Flag {
         name: "default_kv_lease_ttl",
@@ -81,6 +125,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("10000"),
         help: "read lease, ms or 10s/5m/1h style ({})",
         set: |p, n, v| duration(n, v).map(|d| p.flags.master.lease_ttl = d),
+        refused: None,
     },
     Flag {
         name: "default_kv_soft_pin_ttl",
@@ -89,6 +134,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("1800000"),
         help: "soft-pin TTL, same format ({})",
         set: |p, n, v| duration(n, v).map(|d| p.flags.master.soft_pin_ttl = d),
+        refused: None,
     },
     Flag {
         name: "allow_evict_soft_pinned_objects",
@@ -97,6 +143,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("true"),
         help: "({})",
         set: |p, n, v| boolean(n, v).map(|b| p.flags.master.allow_evict_soft_pinned = b),
+        refused: None,
     },
     Flag {
         name: "eviction_high_watermark_ratio",
@@ -105,6 +152,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("0.90"),
         help: "usage that starts eviction ({})",
         set: |p, n, v| ratio(n, v).map(|f| p.flags.master.eviction_high_watermark = f),
+        refused: None,
     },
     Flag {
         name: "eviction_ratio",
@@ -113,6 +161,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("0.05"),
         help: "fraction of capacity freed per pass ({})",
         set: |p, n, v| ratio(n, v).map(|f| p.flags.master.eviction_ratio = f),
+        refused: None,
     },
     Flag {
         name: "put_start_discard_timeout_sec",
@@ -121,6 +170,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("30"),
         help: "unfinished writes discarded after ({})",
         set: |p, n, v| seconds(n, v).map(|d| p.flags.master.put_start_discard_timeout = d),
+        refused: None,
     },
     Flag {
         name: "put_start_release_timeout_sec",
@@ -129,6 +179,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("600"),
         help: "a discarded or pre-empted write's space is reused after\n({}), or at once when its writer reports",
         set: |p, n, v| seconds(n, v).map(|d| p.flags.master.put_start_release_timeout = d),
+        refused: None,
     },
     Flag {
         name: "allocation_strategy",
@@ -136,7 +187,19 @@ pub const FLAGS: &[Flag] = &[
         kind: Kind::Value("S"),
         default: Some("random"),
         help: "random | free_ratio_first | local_first ({})",
-        set: |p, _, v| Strategy::parse(v).map(|s| p.flags.master.strategy = s),
+        set: |p, n, v| match v {
+            "cxl" => Err(format!(
+                "--{n}=cxl: tidewire has no CXL memory tier (random | free_ratio_first | local_first)"
+            )),
+            "ssd_free_ratio_first" => Err(format!(
+                "--{n}=ssd_free_ratio_first: tidewire has no SSD segments \
+                 (random | free_ratio_first | local_first)"
+            )),
+            _ => Strategy::parse(v)
+                .map(|s| p.flags.master.strategy = s)
+                .map_err(|e| format!("--{n}: {e}")),
+        },
+        refused: None,
     },
     Flag {
         name: "enable_http_metadata_server",
@@ -145,6 +208,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("false"),
         help: "serve HTTP metadata ({})",
         set: |p, n, v| boolean(n, v).map(|b| p.flags.enable_http_metadata_server = b),
+        refused: None,
     },
     Flag {
         name: "http_metadata_server_host",
@@ -156,6 +220,7 @@ pub const FLAGS: &[Flag] = &[
             p.flags.http_metadata_server_host = v.to_string();
             Ok(())
         },
+        refused: None,
     },
     Flag {
         name: "http_metadata_server_port",
@@ -164,6 +229,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("8080"),
         help: "(default {})",
         set: |p, n, v| number(n, v).map(|x| p.flags.http_metadata_server_port = x),
+        refused: None,
     },
     Flag {
         name: "metrics_host",
@@ -175,6 +241,7 @@ pub const FLAGS: &[Flag] = &[
             p.flags.metrics_host = Some(v.to_string());
             Ok(())
         },
+        refused: None,
     },
     Flag {
         name: "metrics_port",
@@ -183,6 +250,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("9003"),
         help: "admin HTTP: /metrics, /health, /get_all_segments, ... ({})",
         set: |p, n, v| number(n, v).map(|x| p.flags.metrics_port = x),
+        refused: None,
     },
     Flag {
         name: "enable_metric_reporting",
@@ -191,6 +259,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("true"),
         help: "serve the admin HTTP routes ({})",
         set: |p, n, v| boolean(n, v).map(|b| p.flags.enable_metric_reporting = b),
+        refused: None,
     },
     Flag {
         name: "memory_allocator",
@@ -202,14 +271,21 @@ pub const FLAGS: &[Flag] = &[
             "offset" => Ok(()),
             _ => Err(format!("--memory_allocator={v}: only offset is supported")),
         },
+        refused: None,
     },
     Flag {
         name: "rpc_enable_tcp_no_delay",
         aliases: &[],
         kind: Kind::Hidden(&Kind::Bool),
         default: None,
-        help: "accepted for mooncake_master's command lines (connections are always no-delay)",
-        set: |_, n, v| boolean(n, v).map(drop),
+        help: "connections are always no-delay: true is accepted, false refused",
+        set: |_, n, v| match boolean(n, v)? {
+            true => Ok(()),
+            false => Err(format!(
+                "--{n}=false: tidewire's connections are always TCP_NODELAY"
+            )),
+        },
+        refused: None,
     },
     Flag {
         name: "enable_ha",
@@ -218,6 +294,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("false"),
         help: "elect one serving master through etcd ({})",
         set: |p, n, v| boolean(n, v).map(|b| p.enable_ha = b),
+        refused: None,
     },
     Flag {
         name: "etcd_endpoints",
@@ -232,6 +309,7 @@ pub const FLAGS: &[Flag] = &[
             }
             Ok(())
         },
+        refused: None,
     },
     Flag {
         name: "ha_backend_connstring",
@@ -243,6 +321,7 @@ pub const FLAGS: &[Flag] = &[
             p.ha.endpoints = v.to_string();
             Ok(())
         },
+        refused: None,
     },
     Flag {
         name: "ha_backend_type",
@@ -254,6 +333,7 @@ pub const FLAGS: &[Flag] = &[
             "etcd" => Ok(()),
             _ => Err(format!("--ha_backend_type={v}: only etcd is supported")),
         },
+        refused: None,
     },
     Flag {
         name: "ha_lease_ttl",
@@ -269,6 +349,7 @@ pub const FLAGS: &[Flag] = &[
             p.ha.lease_ttl = s;
             Ok(())
         },
+        refused: None,
     },
     Flag {
         name: "enable_oplog",
@@ -277,6 +358,21 @@ pub const FLAGS: &[Flag] = &[
         default: Some("false"),
         help: "HA: keep objects in etcd across failover ({}: lost)",
         set: |p, n, v| boolean(n, v).map(|b| p.ha.oplog = b),
+        refused: None,
+    },
+    Flag {
+        name: "cluster_id",
+        aliases: &[],
+        kind: Kind::Value("ID"),
+        default: None,
+        help: "HA: the cluster's name in etcd's keys (not given:\n$MC_STORE_CLUSTER_ID, else mooncake_cluster)",
+        // A trailing `/` is dropped, as Mooncake drops it.
+        set: |p, _, v| {
+            let v = v.trim();
+            p.ha.cluster_id = v.strip_suffix('/').unwrap_or(v).to_string();
+            Ok(())
+        },
+        refused: None,
     },
     Flag {
         name: "enable_offload",
@@ -285,6 +381,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("false"),
         help: "let clients mount a disk tier (setup's enable_ssd_offload)\nand write objects to it ({})",
         set: |p, n, v| boolean(n, v).map(|b| p.flags.master.tier.enabled = b),
+        refused: None,
     },
     Flag {
         name: "offload_on_evict",
@@ -293,6 +390,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("false"),
         help: "write an object to disk only when eviction picks it, not\nafter every put ({})",
         set: |p, n, v| boolean(n, v).map(|b| p.flags.master.tier.on_evict = b),
+        refused: None,
     },
     Flag {
         name: "offload_force_evict",
@@ -301,6 +399,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("false"),
         help: "with offload_on_evict: drop an object eviction picks when\nthe write queue is full, instead of keeping it ({})",
         set: |p, n, v| boolean(n, v).map(|b| p.flags.master.tier.force_evict = b),
+        refused: None,
     },
     Flag {
         name: "offloading_queue_limit",
@@ -309,6 +408,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("50000"),
         help: "most objects waiting to be written to disk ({}); past it\nthey stay in memory (counted in the metrics)",
         set: |p, n, v| number(n, v).map(|x: usize| p.flags.master.tier.queue_limit = x.max(1)),
+        refused: None,
     },
     Flag {
         name: "disk_dormant_sec",
@@ -317,6 +417,7 @@ pub const FLAGS: &[Flag] = &[
         default: Some("3600"),
         help: "a disk tier whose owner went silent keeps its records\nknown this long for the owner's restart ({})",
         set: |p, n, v| seconds(n, v).map(|d| p.flags.master.tier.dormant_ttl = d),
+        refused: None,
     },
     Flag {
         name: "help",
@@ -325,8 +426,206 @@ pub const FLAGS: &[Flag] = &[
         default: None,
         help: "this text",
         set: |_, _, _| Ok(()),
+        refused: None,
     },
+    // ---- Refused: mooncake_master's flags tidewire does not honour. Each is refused at start
+    // (exit status 2) with `--name: <why>`; `off`, where given, is the one value that passes:
+    // the value that means the feature is off, which is what tidewire does.
+    refuse(
+        "config_path",
+        VALUE,
+        Some(""),
+        "tidewire-master reads no config file; give the settings as flags",
+    ),
+    refuse("enable_cxl", BOOL, Some("false"), CXL),
+    refuse("cxl_path", VALUE, None, CXL),
+    refuse("cxl_size", VALUE, None, CXL),
+    refuse(
+        "dynamic_replication_mode",
+        VALUE,
+        Some("off"),
+        DYNAMIC_REPLICATION,
+    ),
+    refuse(
+        "dynamic_replication_admission_qps_threshold",
+        VALUE,
+        None,
+        DYNAMIC_REPLICATION,
+    ),
+    refuse(
+        "dynamic_replication_heat_window_seconds",
+        VALUE,
+        None,
+        DYNAMIC_REPLICATION,
+    ),
+    refuse(
+        "dynamic_replication_max_memory_replicas",
+        VALUE,
+        None,
+        DYNAMIC_REPLICATION,
+    ),
+    refuse("root_fs_dir", VALUE, Some(""), FILE_BACKEND),
+    refuse("global_file_segment_size", VALUE, None, FILE_BACKEND),
+    refuse("quota_bytes", VALUE, None, FILE_BACKEND),
+    // Mooncake's default (true) asks for disk eviction; false is what tidewire does.
+    refuse("enable_disk_eviction", BOOL, Some("false"), FILE_BACKEND),
+    refuse("nof_eviction_high_watermark_ratio", VALUE, None, NOF),
+    refuse("nof_eviction_ratio", VALUE, None, NOF),
+    refuse("nof_heartbeat_failures_threshold", VALUE, None, NOF),
+    refuse("nof_heartbeat_interval_sec", VALUE, None, NOF),
+    refuse("nof_heartbeat_probe_timeout_ms", VALUE, None, NOF),
+    refuse("enable_snapshot", BOOL, Some("false"), SNAPSHOT),
+    refuse("enable_snapshot_restore", BOOL, Some("false"), SNAPSHOT),
+    // Empty: no local backup ("if empty, local backup is disabled").
+    refuse("snapshot_backup_dir", VALUE, Some(""), SNAPSHOT),
+    // Empty: no catalog store (the connection string is optional).
+    refuse(
+        "snapshot_catalog_store_connstring",
+        VALUE,
+        Some(""),
+        SNAPSHOT,
+    ),
+    refuse(
+        "snapshot_catalog_backend_connstring",
+        VALUE,
+        Some(""),
+        SNAPSHOT,
+    ),
+    // Empty picks the embedded catalog, a choice rather than "off".
+    refuse("snapshot_catalog_store_type", VALUE, None, SNAPSHOT),
+    refuse("snapshot_catalog_backend_type", VALUE, None, SNAPSHOT),
+    refuse("snapshot_object_store_type", VALUE, None, SNAPSHOT),
+    refuse("snapshot_payload_store_type", VALUE, None, SNAPSHOT),
+    refuse("snapshot_payload_backend_type", VALUE, None, SNAPSHOT),
+    refuse("snapshot_interval_seconds", VALUE, None, SNAPSHOT),
+    refuse("snapshot_child_timeout_seconds", VALUE, None, SNAPSHOT),
+    refuse("snapshot_retention_count", VALUE, None, SNAPSHOT),
+    refuse("batch_oplog_retry_timeout_sec", VALUE, None, OPLOG),
+    refuse("oplog_batch_max_entries", VALUE, None, OPLOG),
+    refuse("oplog_poll_interval_ms", VALUE, None, OPLOG),
+    refuse("pod_name", VALUE, None, K8S),
+    refuse("pod_namespace", VALUE, None, K8S),
+    refuse("enable_multi_tenants", BOOL, Some("false"), TENANTS),
+    refuse("tenant_quota_connector_type", VALUE, None, TENANTS),
+    // Empty: no quota connector.
+    refuse("tenant_quota_connector_uri", VALUE, Some(""), TENANTS),
+    refuse("max_retry_attempts", VALUE, None, TASKS),
+    refuse("max_total_finished_tasks", VALUE, None, TASKS),
+    refuse("max_total_pending_tasks", VALUE, None, TASKS),
+    refuse("max_total_processing_tasks", VALUE, None, TASKS),
+    refuse("pending_task_timeout_sec", VALUE, None, TASKS),
+    refuse("processing_task_timeout_sec", VALUE, None, TASKS),
+    refuse(
+        "max_kv_soft_pin_ttl",
+        VALUE,
+        None,
+        "tidewire's requests carry no soft-pin TTL of their own to bound; every soft pin lasts \
+         --default_kv_soft_pin_ttl",
+    ),
+    refuse(
+        "enable_metadata_cleanup_on_timeout",
+        BOOL,
+        Some("false"),
+        "tidewire-master does not delete a silent client's HTTP metadata keys \
+         (mooncake/ram/*, mooncake/rpc_meta/*)",
+    ),
+    // ---- Not yet supported: being built (the SSD offload tier and KV events). To switch one
+    // on, replace its row with an honoured one above.
+    not_yet(
+        "offload_cap_ratio",
+        VALUE,
+        None,
+        "the write queue is bounded by --offloading_queue_limit alone",
+    ),
+    not_yet("promotion_on_hit", BOOL, Some("false"), OFFLOAD),
+    not_yet("promotion_admission_threshold", VALUE, None, OFFLOAD),
+    not_yet("promotion_max_per_heartbeat", VALUE, None, OFFLOAD),
+    not_yet("promotion_queue_limit", VALUE, None, OFFLOAD),
+    not_yet("enable_kv_events", BOOL, Some("false"), KV_EVENTS),
+    not_yet("kv_events_bind_endpoint", VALUE, None, KV_EVENTS),
+    not_yet("kv_events_backend_id", VALUE, None, KV_EVENTS),
+    not_yet("kv_events_queue_capacity", VALUE, None, KV_EVENTS),
+    not_yet("kv_events_emit_legacy_compat", BOOL, None, KV_EVENTS),
+    not_yet("kv_events_emit_object_key", BOOL, None, KV_EVENTS),
+    not_yet("kv_events_additional_salt", VALUE, None, KV_EVENTS),
+    not_yet("kv_events_block_size", VALUE, None, KV_EVENTS),
+    not_yet("kv_events_dp_rank", VALUE, None, KV_EVENTS),
+    not_yet("kv_events_lora_name", VALUE, None, KV_EVENTS),
+    not_yet("kv_events_model_name", VALUE, None, KV_EVENTS),
+    not_yet("kv_events_tenant_id", VALUE, None, KV_EVENTS),
 ];
+
+/// `--rpc_conn_timeout_seconds=0`: a connection is never closed for being idle (ten years).
+const NEVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+// Why refused flags are refused, one text per missing feature.
+const CXL: &str = "tidewire has no CXL memory tier; segments are the clients' registered memory";
+const DYNAMIC_REPLICATION: &str = "tidewire has no dynamic MEMORY replication; a put's replica \
+    count is its client's replica_num";
+const FILE_BACKEND: &str = "tidewire has no shared file-system storage backend (DFS/3FS) and \
+    no disk eviction; objects live in the clients' memory segments";
+const NOF: &str = "tidewire has no NVMe-oF SSD segments";
+const SNAPSHOT: &str = "tidewire-master takes and restores no snapshots; with --enable_ha \
+    --enable_oplog its objects outlive a master in etcd instead";
+const OPLOG: &str = "tidewire's HA journal is its own (etcd batches the leader writes at once, \
+    read by a standby only when it takes over); there is no batch-record OpLog to size, poll or \
+    retry";
+const K8S: &str = "tidewire's HA elects through etcd only (--ha_backend_type=etcd); there is no \
+    K8s backend";
+const TENANTS: &str = "tidewire has no tenants (namespaces, quotas); all clients share one key \
+    space";
+const TASKS: &str = "tidewire-master has no task manager (no master-driven copy or move \
+    tasks); nothing to bound";
+const OFFLOAD: &str = "the disk tier has no promotion on hit yet (a disk-resident key is read \
+    from disk each time)";
+const KV_EVENTS: &str = "tidewire publishes no KV cache events yet";
+
+/// The kinds of refused rows, so that `--name value` takes its value as Mooncake's would.
+const BOOL: &Kind = &Kind::Bool;
+const VALUE: &Kind = &Kind::Value("V");
+
+/// A flag refused at start: `--name: why`; `off` passes silently.
+const fn refuse(
+    name: &'static str,
+    kind: &'static Kind,
+    off: Option<&'static str>,
+    why: &'static str,
+) -> Flag {
+    refused(name, kind, off, why, false)
+}
+
+/// A flag being built, refused at start: `--name: not yet supported: why`.
+const fn not_yet(
+    name: &'static str,
+    kind: &'static Kind,
+    off: Option<&'static str>,
+    why: &'static str,
+) -> Flag {
+    refused(name, kind, off, why, true)
+}
+
+const fn refused(
+    name: &'static str,
+    kind: &'static Kind,
+    off: Option<&'static str>,
+    why: &'static str,
+    not_yet: bool,
+) -> Flag {
+    Flag {
+        name,
+        aliases: &[],
+        kind: Kind::Hidden(kind),
+        default: None,
+        help: why,
+        set: never,
+        refused: Some(Refusal { why, off, not_yet }),
+    }
+}
+
+/// A refused row's `set`, never called.
+fn never(_: &mut Parsed, _: &str, _: &str) -> Result<(), String> {
+    Ok(())
+}
 
 /// Whole seconds.
 fn seconds(name: &str, v: &str) -> Result<Duration, String> {

@@ -252,3 +252,393 @@ fn every_flag_the_docs_name_is_in_the_table() {
         ["a_b", "cd"]
     );
 }
+
+/// mooncake_master's flag names, from the fixture made from its `--help`.
+fn mooncake_flags() -> Vec<&'static str> {
+    include_str!("mooncake_flags.txt")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect()
+}
+
+#[test]
+fn every_mooncake_flag_is_honoured_or_refused() {
+    let names = mooncake_flags();
+    assert_eq!(
+        names.len(),
+        97,
+        "the fixture lists mooncake_master's 97 flags"
+    );
+    let (mut honoured, mut refused, mut missing) = (0, 0, Vec::new());
+    for n in &names {
+        match find(n) {
+            Some(Flag { refused: None, .. }) => honoured += 1,
+            Some(Flag {
+                refused: Some(_), ..
+            }) => refused += 1,
+            None => missing.push(*n),
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "neither honoured nor refused: {missing:?}"
+    );
+    assert_eq!(honoured + refused, 97);
+    // Refusals are only for Mooncake's flags: tidewire's own are honoured or absent.
+    for f in FLAGS.iter().filter(|f| f.refused.is_some()) {
+        assert!(
+            names.contains(&f.name),
+            "--{} is refused but not Mooncake's",
+            f.name
+        );
+        assert!(f.aliases.is_empty() && f.default.is_none(), "--{}", f.name);
+    }
+}
+
+#[test]
+fn the_not_yet_group_is_the_offload_tier_and_kv_events() {
+    let not_yet: Vec<&str> = FLAGS
+        .iter()
+        .filter(|f| f.refused.as_ref().is_some_and(|r| r.not_yet))
+        .map(|f| f.name)
+        .collect();
+    for n in [
+        "offload_cap_ratio",
+        "promotion_on_hit",
+        "promotion_admission_threshold",
+        "promotion_max_per_heartbeat",
+        "promotion_queue_limit",
+        "enable_kv_events",
+    ] {
+        assert!(not_yet.contains(&n), "--{n}");
+    }
+    let kv_events = mooncake_flags()
+        .into_iter()
+        .filter(|n| n.starts_with("kv_events_"))
+        .collect::<Vec<_>>();
+    assert_eq!(kv_events.len(), 11);
+    assert!(kv_events.iter().all(|n| not_yet.contains(n)));
+    assert_eq!(not_yet.len(), 6 + 11, "{not_yet:?}");
+    assert!(
+        parse(&args(&["--promotion_on_hit"]))
+            .unwrap_err()
+            .starts_with("--promotion_on_hit: not yet supported: ")
+    );
+    assert!(parse(&args(&["--enable_offload", "--offload_on_evict=true"])).is_ok());
+}
+
+#[test]
+fn refused_flags_name_the_flag_and_why() {
+    for (a, says) in [
+        (
+            "--enable_cxl=true",
+            "--enable_cxl: tidewire has no CXL memory tier",
+        ),
+        ("--cxl_path=/dev/dax0.0", "--cxl_path: tidewire has no CXL"),
+        (
+            "--root_fs_dir=/mnt/3fs",
+            "--root_fs_dir: tidewire has no shared file-system",
+        ),
+        (
+            "--enable_snapshot",
+            "--enable_snapshot: tidewire-master takes and restores no snapshots",
+        ),
+        (
+            "--config_path=master.json",
+            "--config_path: tidewire-master reads no config file",
+        ),
+        (
+            "--oplog_poll_interval_ms=1000",
+            "--oplog_poll_interval_ms: tidewire's HA journal",
+        ),
+        (
+            "--pod_name=p",
+            "--pod_name: tidewire's HA elects through etcd only",
+        ),
+        (
+            "--enable_multi_tenants=1",
+            "--enable_multi_tenants: tidewire has no tenants",
+        ),
+        (
+            "--max_total_pending_tasks=10000",
+            "--max_total_pending_tasks: tidewire-master has no task manager",
+        ),
+        (
+            "--nof_eviction_ratio=0.05",
+            "--nof_eviction_ratio: tidewire has no NVMe-oF",
+        ),
+        (
+            "--max_kv_soft_pin_ttl=86400000",
+            "--max_kv_soft_pin_ttl: tidewire's requests carry no soft-pin TTL",
+        ),
+        (
+            "--dynamic_replication_mode=enforce",
+            "--dynamic_replication_mode: tidewire has no dynamic MEMORY replication",
+        ),
+        (
+            "--enable_kv_events=true",
+            "--enable_kv_events: not yet supported: tidewire publishes no KV cache events yet",
+        ),
+        (
+            "--kv_events_queue_capacity=65536",
+            "--kv_events_queue_capacity: not yet supported",
+        ),
+        (
+            "--promotion_on_hit",
+            "--promotion_on_hit: not yet supported",
+        ),
+        // Mooncake's default asks for disk eviction: refused.
+        (
+            "--enable_disk_eviction=true",
+            "--enable_disk_eviction: tidewire has no shared",
+        ),
+        (
+            "--rpc_enable_tcp_no_delay=false",
+            "--rpc_enable_tcp_no_delay=false: tidewire's connections are always TCP_NODELAY",
+        ),
+        (
+            "--allocation_strategy=cxl",
+            "--allocation_strategy=cxl: tidewire has no CXL memory tier",
+        ),
+        (
+            "--allocation_strategy=ssd_free_ratio_first",
+            "--allocation_strategy=ssd_free_ratio_first: tidewire has no SSD segments",
+        ),
+        (
+            "--allocation_strategy=lru",
+            "--allocation_strategy: allocation_strategy \"lru\" is not supported",
+        ),
+    ] {
+        let e = parse(&args(&[a])).unwrap_err();
+        assert!(e.starts_with(says), "{a}: {e}");
+    }
+    assert_eq!(
+        parse(&args(&["--config_path=x"])).unwrap_err(),
+        "--config_path: tidewire-master reads no config file; give the settings as flags \
+         (only an empty --config_path= is accepted)"
+    );
+    // Every refused flag is named at once, one a line; a value after a refused value flag is
+    // its value, not a stray argument.
+    assert_eq!(
+        parse(&args(&[
+            "--cxl_size",
+            "5",
+            "--rpc_port=7",
+            "-enable_snapshot=true"
+        ]))
+        .unwrap_err()
+        .lines()
+        .map(|l| l.split(':').next().unwrap())
+        .collect::<Vec<_>>(),
+        ["--cxl_size", "--enable_snapshot"]
+    );
+    // A bad value of an honoured flag still stops at once.
+    assert!(
+        parse(&args(&["--enable_cxl", "--rpc_port=x"]))
+            .unwrap_err()
+            .starts_with("--rpc_port")
+    );
+}
+
+#[test]
+fn a_refused_flag_passes_only_as_feature_off() {
+    let ok = parse(&args(&[
+        "--enable_cxl=false",
+        "--noenable_snapshot",
+        "-enable_snapshot_restore=0",
+        "--enable_offload=f",
+        "--enable_kv_events=FALSE",
+        "--enable_multi_tenants=no",
+        "--enable_metadata_cleanup_on_timeout=false",
+        "--enable_disk_eviction=false",
+        "--config_path=",
+        "--root_fs_dir",
+        "",
+        "--snapshot_backup_dir=",
+        "--tenant_quota_connector_uri=",
+        "--dynamic_replication_mode=off",
+        "--rpc_enable_tcp_no_delay=true",
+    ]));
+    assert!(ok.is_ok(), "{ok:?}");
+    // A default that is not "off" is refused even when it is Mooncake's default.
+    for a in [
+        "--cxl_size=8589934592",
+        "--snapshot_interval_seconds=600",
+        "--offload_cap_ratio=0.5",
+        "--kv_events_emit_object_key=true",
+        "--kv_events_emit_object_key=false",
+        "--snapshot_catalog_store_type=",
+        "--root_fs_dir=/x",
+    ] {
+        assert!(parse(&args(&[a])).is_err(), "{a}");
+    }
+    // Every refusal's "off" value passes and its help is the reason.
+    for f in FLAGS {
+        let Some(r) = &f.refused else { continue };
+        assert_eq!(f.help, r.why);
+        if let Some(off) = r.off {
+            assert!(
+                parse(&args(&[&format!("--{}={off}", f.name)])).is_ok(),
+                "--{}={off}",
+                f.name
+            );
+            assert!(
+                matches!(off, "false" | "" | "off"),
+                "--{}: an 'off' value is false, empty or off",
+                f.name
+            );
+        }
+    }
+}
+
+#[test]
+fn gflags_boolean_spellings() {
+    let on = |a: &[&str]| {
+        parse(&args(a))
+            .unwrap()
+            .unwrap()
+            .enable_http_metadata_server
+    };
+    for a in [
+        "--enable_http_metadata_server",
+        "-enable_http_metadata_server",
+    ] {
+        assert!(on(&[a]));
+    }
+    for v in ["true", "TRUE", "1", "t", "y", "yes"] {
+        assert!(on(&[&format!("--enable_http_metadata_server={v}")]), "{v}");
+    }
+    for v in ["false", "0", "f", "n", "no"] {
+        assert!(!on(&[&format!("--enable_http_metadata_server={v}")]), "{v}");
+    }
+    assert!(!on(&[
+        "--enable_http_metadata_server",
+        "--noenable_http_metadata_server"
+    ]));
+    assert!(
+        !parse(&args(&["-noenable_metric_reporting"]))
+            .unwrap()
+            .unwrap()
+            .enable_metric_reporting
+    );
+    // `--no` only before a boolean flag, and takes no value.
+    assert!(
+        parse(&args(&["--norpc_port=1"]))
+            .unwrap_err()
+            .contains("unknown flag --norpc_port")
+    );
+    assert!(
+        parse(&args(&["--noenable_ha=true"]))
+            .unwrap_err()
+            .contains("unknown flag --noenable_ha")
+    );
+    assert!(parse(&args(&["--enable_ha=maybe"])).is_err());
+}
+
+#[test]
+fn cluster_id_names_the_ha_cluster() {
+    let ha = |a: &[&str]| {
+        let mut v = vec!["--enable_ha", "--etcd_endpoints=e:1"];
+        v.extend_from_slice(a);
+        parse(&args(&v)).unwrap().unwrap().ha.unwrap()
+    };
+    assert_eq!(ha(&[]).cluster_id, "");
+    let h = ha(&["--cluster_id=prod_a/"]);
+    assert_eq!(h.cluster_id, "prod_a");
+    assert_eq!(
+        crate::ha::cluster(&h),
+        "prod_a",
+        "the flag wins over the environment"
+    );
+    let h = ha(&["--cluster_id", "b"]);
+    assert_eq!(crate::ha::cluster(&h), "b");
+    if std::env::var_os("MC_STORE_CLUSTER_ID").is_none() {
+        assert_eq!(crate::ha::cluster(&ha(&[])), "mooncake_cluster");
+        assert_eq!(
+            crate::ha::cluster(&ha(&["--cluster_id="])),
+            "mooncake_cluster"
+        );
+    }
+}
+
+#[test]
+fn rpc_conn_timeout_seconds_sets_the_idle_timeout() {
+    let idle = |a: &[&str]| parse(&args(a)).unwrap().unwrap().idle_timeout;
+    assert_eq!(idle(&[]), None, "not given: the server's own");
+    assert_eq!(
+        idle(&["--rpc_conn_timeout_seconds=7"]),
+        Some(Duration::from_secs(7))
+    );
+    let never = idle(&["--rpc_conn_timeout_seconds", "0"]).unwrap();
+    assert!(never >= Duration::from_secs(365 * 24 * 3600), "0: never");
+    assert!(parse(&args(&["--rpc_conn_timeout_seconds=-1"])).is_err());
+}
+
+#[test]
+fn rpc_interface_replaces_the_rpc_address() {
+    let addr = |a: &[&str]| parse(&args(a)).map(|f| f.unwrap().rpc_address);
+    // Whichever comes first, the interface wins (Mooncake's rule).
+    if interface_ipv4("lo").is_some() {
+        assert_eq!(
+            addr(&["--rpc_interface=lo", "--rpc_address=10.9.9.9"]).unwrap(),
+            "127.0.0.1"
+        );
+        assert_eq!(
+            addr(&["--rpc_address=10.9.9.9", "--rpc_interface", "lo"]).unwrap(),
+            "127.0.0.1"
+        );
+    }
+    assert_eq!(
+        addr(&["--rpc_address=10.9.9.9", "--rpc_interface="]).unwrap(),
+        "10.9.9.9",
+        "empty: not set"
+    );
+    assert_eq!(
+        addr(&["--rpc_interface=tw_no_such0"]).unwrap_err(),
+        "--rpc_interface=tw_no_such0: no such interface with an IPv4 address"
+    );
+}
+
+#[test]
+fn thread_counts_are_read_and_said_to_have_no_effect() {
+    let f = parse(&args(&["--max_threads=64", "--rpc_thread_num", "8"]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(f.notes.len(), 2);
+    assert!(
+        f.notes[0].starts_with("--max_threads=64 has no effect: the RPC server's threads"),
+        "{:?}",
+        f.notes
+    );
+    assert!(f.notes[1].starts_with("--rpc_thread_num=8 has no effect"));
+    assert!(parse(&[]).unwrap().unwrap().notes.is_empty());
+    assert!(parse(&args(&["--rpc_thread_num=x"])).is_err());
+}
+
+/// The docs' table of refused flags, as made from [`FLAGS`].
+fn refused_table() -> String {
+    let mut out = String::from("| flag | accepted only as | why refused |\n|---|---|---|\n");
+    for f in FLAGS {
+        let Some(r) = &f.refused else { continue };
+        let off = match r.off {
+            None => "-".to_string(),
+            Some("") => "empty".to_string(),
+            Some(v) => format!("`{v}`"),
+        };
+        let pre = if r.not_yet { "not yet supported: " } else { "" };
+        out.push_str(&format!("| `--{}` | {off} | {pre}{} |\n", f.name, r.why));
+    }
+    out
+}
+
+#[test]
+fn the_docs_list_every_refused_flag_and_why() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let text = std::fs::read_to_string(format!("{root}/docs/master.md")).unwrap();
+    let table = refused_table();
+    assert!(
+        text.contains(&table),
+        "docs/master.md should carry this table, as made from the flag table:\n{table}"
+    );
+}
