@@ -47,6 +47,8 @@ from types import ModuleType
 from .mooncake_store.client import MAX_KEY_LEN as MAX_KEY_LEN
 from .mooncake_store.client import MooncakeDistributedStore
 from .mooncake_store.config import ObjectDataType, ReplicateConfig, SoftPinAction
+from .mooncake_store.parallel import ParallelAxis, ReadTarget, TensorParallelism
+from .mooncake_store.tasks import QueryTaskResponse, TaskStatus, TaskType
 from .mooncake_store.values import (
     BufferHandle,
     Descriptor,
@@ -61,8 +63,15 @@ from .mooncake_store.values import (
 __all__ = [
     "MooncakeDistributedStore", "ReplicateConfig", "BufferHandle", "SoftPinAction",
     "ObjectDataType", "ReplicaDescriptor", "MemoryDescriptor", "Descriptor", "DiskDescriptor",
-    "ReplicaStatus", "MooncakeHostMemAllocator", "bind_to_numa_node",
+    "ReplicaStatus", "MooncakeHostMemAllocator", "bind_to_numa_node", "ParallelAxis",
+    "TensorParallelism", "ReadTarget", "TaskType", "TaskStatus", "QueryTaskResponse",
 ]
+
+# Mooncake's module exports its enums' members too (``export_values``); where two enums share
+# a name the later one wins, as there: TaskStatus.PROCESSING / FAILED over ReplicaStatus's.
+for _enum in (ObjectDataType, ReplicaStatus, TaskType, TaskStatus):
+    globals().update(_enum.__members__)
+del _enum
 
 
 def install_as_mooncake() -> ModuleType:

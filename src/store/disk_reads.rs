@@ -9,7 +9,7 @@ use super::disk::TierName;
 use super::disk::files::{Files, ReadMiss};
 use super::mem::{Copy, copy_placed};
 use super::proto::{ReplicaDesc, code};
-use super::reads::Read;
+use super::caller_memory::Read;
 use super::shared::Shared;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -73,7 +73,7 @@ unsafe fn read_one(sh: &Shared, r: &Read<'_>, d: &ReplicaDesc) -> Result<(), Rea
 /// reads whole; `out[i]` becomes `Ok` or `OBJECT_NOT_FOUND`.
 ///
 /// # Safety
-/// As [`read_replicas`](super::reads::read_replicas): each read's destination covers `len`
+/// As `reads::read_replicas`: each read's destination covers `len`
 /// writable bytes, unshared during the call.
 pub(crate) unsafe fn read_disk_replicas(
     sh: &Shared,

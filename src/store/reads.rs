@@ -4,23 +4,14 @@
 //! owner's next heartbeat).
 
 use super::batch::BatchEnd;
-use super::caller_memory::Mem;
+pub(crate) use super::caller_memory::Read;
 use super::disk_reads::{on_disk, read_disk_replicas};
 use super::mem::{Copy, copy_placed, populate_behind, prefault_write};
-use super::proto::{GetResult, ReplicaDesc, code};
+use super::proto::{ReplicaDesc, code};
 use super::shared::Shared;
 use crate::engine::Request as Xfer;
 use crate::transport::Opcode;
 
-/// One read: `len` bytes at offset `off` of a found object, into caller memory `dst` (one
-/// range, or pieces filled in order).
-pub(crate) struct Read<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) dst: Mem<'a>,
-    pub(crate) off: u64,
-    pub(crate) len: u64,
-    pub(crate) found: &'a GetResult,
-}
 
 /// Runs `reads`; per read, `Ok` or the code it failed with (`TRANSFER_FAIL` once every
 /// replica failed, `INTERNAL_ERROR` when the object lists none of its size). `fresh`: the

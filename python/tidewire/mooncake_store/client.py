@@ -28,6 +28,9 @@ from .config import ReplicateConfig
 from .dummy import ENCODE as _DUMMY_ENCODE
 from .dummy import DummyLink, NotShared, _check_keys, _decode, _failed, forwarded_in_dummy
 from .signatures import StoreValue
+from .parallel_client import ParallelTensorMixin
+from .safetensor_files import SafetensorMixin
+from .tasks import ExtrasMixin
 from .tensor_format import HEADER_LEN, Tensor, _host, _over, _torch, _view, header, parse
 from .values import (
     BufferHandle, Descriptor, MemoryDescriptor, ReplicaDescriptor, alloc_shared, handle_of,
@@ -54,7 +57,7 @@ _RUN_BY_DUMMY = frozenset({
 
 @guarded
 @forwarded_in_dummy(_RUN_BY_DUMMY)
-class MooncakeDistributedStore:
+class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin):
     """A store client: contributes a segment to the pool and reads/writes objects.
 
     Every public method counts itself in the client's call guard while it runs
@@ -86,11 +89,14 @@ class MooncakeDistributedStore:
           ignores them.
 
         ``engine`` must be None: the store runs its own engine (a shared one is refused with
-        -600). There is no SSD tier or client HTTP server here: ``enable_ssd_offload``,
-        ``ssd_offload_path``, ``enable_client_http_server`` and ``client_http_port`` are
-        accepted and change nothing (values live in memory), and every ``tenant_id`` shares
-        one key space. Returns 0, or a negative code (``last_error`` says why); a second
-        ``setup`` on a started client returns 0 and changes nothing."""
+        -600). ``enable_ssd_offload=True`` with ``ssd_offload_path`` (or
+        ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``) turns on this client's disk tier (the master
+        needs ``--enable_offload``; without it setup returns -1300); a missing or unusable path
+        raises ``ValueError("Invalid FileStorage configuration...")`` as Mooncake does. There
+        is no client HTTP server here: ``enable_client_http_server`` and ``client_http_port``
+        are accepted and change nothing, and every ``tenant_id`` shares one key space. Returns
+        0, or a negative code (``last_error`` says why); a second ``setup`` on a started client
+        returns 0 and changes nothing."""
         cfg = _setup_args.from_call(args, kwargs)
         if cfg.get("engine") is not None:
             self.last_error = "sharing a TransferEngine with the store is not supported"
@@ -103,6 +109,7 @@ class MooncakeDistributedStore:
         except ValueError as e:
             self.last_error = str(e)
             return INVALID_PARAMS
+        disk = _setup_args.offload_path(cfg)
 
         def enc(k: str, default: str = "") -> bytes:
             v = cfg.get(k)
@@ -116,9 +123,13 @@ class MooncakeDistributedStore:
             enc("protocol", "tcp"),
             enc("rdma_devices"),
             enc("master_server_addr", _setup_args.DEFAULT_MASTER_ADDRESS),
+            disk.encode(),
         )
         if rc != 0:
             self.last_error = _ffi.last_error_message()
+            if disk and rc == INVALID_PARAMS:
+                # Mooncake raises for a tier path it cannot use (the reason is in last_error).
+                raise ValueError(f"Invalid FileStorage configuration: {self.last_error}")
             return rc
         self._h = h
         name = _core.hostname(h)
