@@ -147,6 +147,11 @@
 #define TW_STORE_RPC_TIMEOUT -901
 
 /*
+ The operation needs a mode this deployment is not in (a disk tier on a master without one).
+ */
+#define TW_STORE_UNAVAILABLE_IN_CURRENT_MODE -1300
+
+/*
  Most replicas one object has (`tw_store_get_replicas` writes up to this many per key).
  */
 #define TW_STORE_MAX_REPLICAS 8
@@ -859,6 +864,29 @@ int32_t tw_store_setup(const char *local_hostname,
                        const char *device_name,
                        const char *master_server_address,
                        struct tw_store **out);
+
+/*
+ `tw_store_setup` with a disk tier (Mooncake's `enable_ssd_offload=True,
+ ssd_offload_path=...`): objects of this client's segment are written to record files in
+ `ssd_offload_path` (absolute, existing, writable, no symlink or `..`; NULL or empty: no
+ tier), as the master (`--enable_offload`) directs, and a restart on the same path adopts
+ them again. Quota and file size come from `MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE` and
+ `MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES`. A bad path is `TW_STORE_INVALID_PARAMS`, a
+ master without a disk tier `TW_STORE_UNAVAILABLE_IN_CURRENT_MODE`, each with its reason in
+ `tw_last_error`.
+
+ # Safety
+ Strings are NULL or valid C strings; `out` is writable.
+ */
+int32_t tw_store_setup_disk(const char *local_hostname,
+                            const char *metadata_server,
+                            uint64_t global_segment_size,
+                            uint64_t local_buffer_size,
+                            const char *protocol,
+                            const char *device_name,
+                            const char *master_server_address,
+                            const char *ssd_offload_path,
+                            struct tw_store **out);
 
 /*
  Closes a client: unmounts its segment (its objects go with it), stops its engine and frees
