@@ -284,3 +284,26 @@ def test_bad_settings_fail_setup_clearly(tier, tmp_path):
         assert "enable_offload" in s.last_error
     finally:
         m.stop()
+
+
+def test_unmounting_the_disk_drops_its_replicas_and_files(tier):
+    m = Master("--enable_offload=true", "--offload_on_evict=true")
+    s = MooncakeDistributedStore()
+    try:
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 * MiB, 16 * MiB, "tcp", "", m.address,
+                       enable_ssd_offload=True, ssd_offload_path=tier) == 0
+        keys = {f"u{i}": [900 + i, MiB] for i in range(40)}
+        assert [s.put(k, value(*v)) for k, v in keys.items()] == [0] * 40
+        settled(m)
+        assert [k for k, v in keys.items() if s.get(k) != value(*v)] == []
+        assert s.get_offload_rpc_read_count() > 0
+        assert glob.glob(os.path.join(tier, "*.twd"))
+        assert s.unmount_local_disk_segment() == 0
+        assert glob.glob(os.path.join(tier, "*.twd")) == []
+        got = {k: s.get(k) for k in keys}
+        assert all(v in (b"", value(*keys[k])) for k, v in got.items())
+        assert got["u0"] == b"", "a disk-only key goes with the tier"
+        assert s.unmount_local_disk_segment() == -101
+    finally:
+        s.close()
+        m.stop()

@@ -182,6 +182,7 @@ impl StoreClient {
             tier: tier.clone(),
             neighbours: Default::default(),
             disk_reads: Default::default(),
+            disk_off: Default::default(),
         });
         shared.ping()?;
         shared.mount()?;
@@ -212,6 +213,47 @@ impl StoreClient {
     /// The engine (to register user buffers).
     pub fn engine(&self) -> &Engine {
         &self.shared.engine
+    }
+
+    /// Objects this client has read from disk tiers (Mooncake's `get_offload_rpc_read_count`).
+    pub fn disk_read_count(&self) -> u64 {
+        self.shared
+            .disk_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Mooncake's `unmount_local_disk_segment`: after `grace` (reads in flight finish), the
+    /// master drops this client's disk replicas (objects whose last replica they were go with
+    /// them), the offload thread stops and the tier's record files are deleted.
+    /// `SEGMENT_NOT_FOUND` when this client has no disk tier (or unmounted it already).
+    pub fn unmount_disk(&self, grace: Duration) -> Result<(), StoreError> {
+        let sh = &self.shared;
+        let Some(tier) = sh.tier.as_ref() else {
+            return Err(StoreError::new(
+                code::SEGMENT_NOT_FOUND,
+                "this client has no disk tier (setup without enable_ssd_offload)",
+            ));
+        };
+        if sh.disk_off.swap(true, Ordering::AcqRel) {
+            return Err(StoreError::new(
+                code::SEGMENT_NOT_FOUND,
+                "the disk tier is unmounted already",
+            ));
+        }
+        std::thread::sleep(grace);
+        let reply = sh.conn.call(&Request::Unmount {
+            client_id: sh.client_id,
+            name: tier.name(sh.engine.name()).to_name(),
+        });
+        tier.clear();
+        match reply? {
+            super::proto::Reply::Ok => Ok(()),
+            super::proto::Reply::Error { code, message } => Err(StoreError::new(code, message)),
+            other => Err(StoreError::new(
+                code::RPC_FAIL,
+                format!("unexpected unmount reply {other:?}"),
+            )),
+        }
     }
 
     /// 0 healthy, 2 master unreachable (Mooncake's `health_check`).

@@ -5,11 +5,11 @@
 //! (`OBJECT_NOT_FOUND`), never a wrong or empty value. Reads of several objects run on up to
 //! [`DISK_READERS`] threads, so the disk sees a queue deep enough for its bandwidth.
 
+use super::caller_memory::Read;
 use super::disk::TierName;
 use super::disk::files::{Files, ReadMiss};
 use super::mem::{Copy, copy_placed};
 use super::proto::{ReplicaDesc, code};
-use super::caller_memory::Read;
 use super::shared::Shared;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

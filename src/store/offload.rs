@@ -91,7 +91,7 @@ pub(crate) fn run(sh: &Shared, tier: &DiskTier, stop: &(Mutex<bool>, Condvar)) {
             let (g, _) = cv.wait_timeout_while(g, idle, |s| !*s).recover();
             *g
         };
-        if pause {
+        if pause || sh.disk_off.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
         let lost_now = lost.len().min(MAX_BATCH);

@@ -12,7 +12,6 @@ use super::shared::Shared;
 use crate::engine::Request as Xfer;
 use crate::transport::Opcode;
 
-
 /// Runs `reads`; per read, `Ok` or the code it failed with (`TRANSFER_FAIL` once every
 /// replica failed, `INTERNAL_ERROR` when the object lists none of its size). `fresh`: the
 /// destinations were just allocated (their pages are populated alongside the transfer).

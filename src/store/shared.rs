@@ -44,6 +44,8 @@ pub(crate) struct Shared {
     pub(crate) neighbours: Neighbours,
     /// Objects read from disk tiers.
     pub(crate) disk_reads: AtomicU64,
+    /// The disk tier was unmounted (`unmount_local_disk_segment`): no more polls or mounts.
+    pub(crate) disk_off: AtomicBool,
 }
 
 /// A store client. Every method is thread-safe; the data path takes no global lock.
@@ -66,8 +68,10 @@ impl Shared {
             size: seg.len() as u64,
         })? {
             Reply::Ok => match &self.tier {
-                Some(t) => self.mount_disk(t),
-                None => Ok(()),
+                Some(t) if !self.disk_off.load(std::sync::atomic::Ordering::Acquire) => {
+                    self.mount_disk(t)
+                }
+                _ => Ok(()),
             },
             other => Err(StoreError::new(
                 code::RPC_FAIL,

@@ -238,6 +238,23 @@ class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin
             return 1
         return _core.health_check(self._h)
 
+    def unmount_local_disk_segment(self, grace_period_seconds: int = 0) -> int:
+        """Drops this client's disk tier after ``grace_period_seconds``: the master forgets its
+        disk replicas (objects whose last replica they were go with them) and the record files
+        are deleted. 0, or -101 when the client has no tier."""
+        if self._h is None:
+            return INVALID_PARAMS
+        if not isinstance(grace_period_seconds, int) or grace_period_seconds < 0:
+            return INVALID_PARAMS
+        return _core.unmount_local_disk(self._h, grace_period_seconds)
+
+    def get_offload_rpc_read_count(self) -> int:
+        """Objects this client has read from disk tiers (Mooncake counts its offload RPC reads;
+        here a same-host reader reads the owner's records directly)."""
+        if self._h is None:
+            return 0
+        return _core.disk_read_count(self._h)
+
     def get_hostname(self) -> str:
         """This client's endpoint ``ip:port`` (its segment name)."""
         return self._hostname

@@ -92,6 +92,14 @@ def health_check(h: Handle) -> int:
     return from_c(int(_ffi.lib().tw_store_health_check(h)))
 
 
+def unmount_local_disk(h: Handle, grace_period_seconds: int) -> int:
+    return from_c(int(_ffi.lib().tw_store_unmount_local_disk(h, grace_period_seconds)))
+
+
+def disk_read_count(h: Handle) -> int:
+    return int(_ffi.lib().tw_store_disk_read_count(h))
+
+
 def register_buffer(h: Handle, ptr: int, size: int) -> int:
     return from_c(int(_ffi.lib().tw_store_register_buffer(h, ptr, size)))
 

@@ -72,6 +72,8 @@ STORE_SIGNATURES = {
     "tw_store_free": ([c_void_p], None),
     "tw_store_hostname": ([c_void_p, c_void_p, c_size_t], c_int32),
     "tw_store_health_check": ([c_void_p], c_int32),
+    "tw_store_unmount_local_disk": ([c_void_p, c_uint32], c_int32),
+    "tw_store_disk_read_count": ([c_void_p], c_uint64),
     "tw_store_register_buffer": ([c_void_p, c_void_p, c_uint64], c_int32),
     "tw_store_unregister_buffer": ([c_void_p, c_void_p], c_int32),
     "tw_store_put": (

@@ -377,6 +377,18 @@ impl DiskTier {
         }
     }
 
+    /// Deletes every record file (the tier was unmounted: its records must not come back).
+    pub fn clear(&self) {
+        let mut st = self.state.lock_clean();
+        st.appending = None;
+        for no in std::mem::take(&mut st.files).into_keys() {
+            let _ = std::fs::remove_file(self.dir.join(file_name(no)));
+            self.files.forget(no);
+        }
+        st.live.clear();
+        st.used = 0;
+    }
+
     /// Deletes the oldest record files while the tier is over 90 % of its quota, down to 80 %
     /// (Mooncake's watermarks); returns the live records that went with them.
     pub fn enforce_quota(&self) -> Vec<Held> {
