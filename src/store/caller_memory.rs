@@ -96,6 +96,16 @@ pub(crate) fn total(pieces: &[Piece]) -> Option<u64> {
     (t > 0).then_some(t)
 }
 
+/// One read: `len` bytes at offset `off` of a found object, into caller memory `dst` (one
+/// range, or pieces filled in order).
+pub(crate) struct Read<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) dst: Mem<'a>,
+    pub(crate) off: u64,
+    pub(crate) len: u64,
+    pub(crate) found: &'a super::proto::GetResult,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,14 +136,4 @@ mod tests {
         assert_eq!(total(&[(1, 0)]), None);
         assert_eq!(total(&[(1, u64::MAX), (2, 1)]), None);
     }
-}
-
-/// One read: `len` bytes at offset `off` of a found object, into caller memory `dst` (one
-/// range, or pieces filled in order).
-pub(crate) struct Read<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) dst: Mem<'a>,
-    pub(crate) off: u64,
-    pub(crate) len: u64,
-    pub(crate) found: &'a super::proto::GetResult,
 }
