@@ -309,11 +309,15 @@ impl Master {
                     .map(|kv| self.objs.revoke(kv, client_id, &self.segs))
                     .collect(),
             },
-            Request::Get { client_id, keys } => Reply::Replicas {
-                lease_ms: self.cfg.lease_ttl.as_millis() as u64,
-                hold_ms: self.cfg.read_hold_max.max(self.cfg.lease_ttl).as_millis() as u64,
-                results: self.objs.get(&keys, client_id, &self.cfg, &self.segs),
-            },
+            Request::Get { client_id, keys } => {
+                let results = self.objs.get(&keys, client_id, &self.cfg, &self.segs);
+                self.promote_hits(&keys, &results);
+                Reply::Replicas {
+                    lease_ms: self.cfg.lease_ttl.as_millis() as u64,
+                    hold_ms: self.cfg.read_hold_max.max(self.cfg.lease_ttl).as_millis() as u64,
+                    results,
+                }
+            }
             Request::ReadDone { client_id, items } => {
                 items
                     .iter()
@@ -572,7 +576,8 @@ impl Master {
             }
         }
         for id in expired {
-            self.offloads.forget(id);
+            // Promotions' memory was in its segments, unmounted below.
+            let _ = self.offloads.forget(id);
             let (disks, segs): (Vec<u32>, Vec<u32>) = self
                 .segs
                 .of_client(id)

@@ -5,7 +5,7 @@ use super::Master;
 use super::segments::DiskMount;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
-use tidewire::store::proto::{DiskRecord, KeyVersion, OffloadDone, Reply, code};
+use tidewire::store::proto::{DiskRecord, GetResult, KeyVersion, OffloadDone, Reply, code};
 use tidewire::sync::LockClean;
 use tidewire::tw_log;
 
@@ -108,7 +108,14 @@ impl Master {
                 message: format!("disk tier {name:?} is not mounted by this client"),
             };
         };
-        for d in done {
+        for d in done.iter().filter(|d| d.promote) {
+            if let Some(into) = self.offloads.promoted_into(&d.key, d.version) {
+                if self.objs.promotion_done(d, into, &self.segs) {
+                    self.offloads.promoted.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        for d in done.iter().filter(|d| !d.promote) {
             match d.loc {
                 Some(_) => self.offloads.written.fetch_add(1, Relaxed),
                 None => self.offloads.failed.fetch_add(1, Relaxed),
@@ -123,8 +130,12 @@ impl Master {
                 .drop_disk_records(id, None, Some(&locs), &self.segs);
             self.offloads.lost.fetch_add(lost.len() as u64, Relaxed);
         }
+        let mut jobs = self
+            .offloads
+            .take_promotions(client_id, self.cfg.tier.promotion_per_poll);
+        jobs.extend(self.offloads.take(client_id, max as usize));
         Reply::OffloadWork {
-            jobs: self.offloads.take(client_id, max as usize),
+            jobs,
             drops: self.segs.take_drops(id),
         }
     }
@@ -146,6 +157,33 @@ impl Master {
             }
             if let Some((owner, job)) = self.objs.offload_job(&kv.key, &self.segs, false) {
                 self.offloads.push(owner, job);
+            }
+        }
+    }
+
+    /// Promotion on hit: counts the reads of objects found only on disk; one read often
+    /// enough gets memory in its tier owner's segment and a job for the owner.
+    pub(super) fn promote_hits(&self, keys: &[String], results: &[GetResult]) {
+        let t = &self.cfg.tier;
+        if !t.enabled || !t.promotion_on_hit {
+            return;
+        }
+        for (k, r) in keys.iter().zip(results) {
+            let disk_only = r.code == code::OK
+                && r.replicas
+                    .iter()
+                    .all(|d| d.endpoint.starts_with(tidewire::store::disk::TIER_PREFIX));
+            if disk_only && self.offloads.hit(k, t) {
+                match self.objs.promote_job(k, &self.segs) {
+                    Some((owner, job, into)) => self.offloads.push_promotion(owner, job, into),
+                    None => {
+                        // No room in the owner's memory now: make some (demotions free it at
+                        // once, offloads soon), and let the next read try again.
+                        self.objs
+                            .evict(r.size, &self.segs, &self.cfg, &self.offloads);
+                        self.offloads.hit_again(k, t);
+                    }
+                }
             }
         }
     }

@@ -2,6 +2,7 @@
 //! waiting to be written by the owner of their memory segment, per owner, and what the master
 //! counts about them.
 
+use crate::segments::Replica;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -25,6 +26,14 @@ pub struct TierConfig {
     /// A tier whose owner went silent keeps its records known this long, for the owner's
     /// restart; then it is unmounted (`--disk_dormant_sec`, tidewire's).
     pub dormant_ttl: Duration,
+    /// A disk-only object read often enough gets a memory replica again (`--promotion_on_hit`).
+    pub promotion_on_hit: bool,
+    /// Reads of a disk-only object that earn its promotion (`--promotion_admission_threshold`).
+    pub promotion_threshold: u32,
+    /// Promotions handed to an owner per poll (`--promotion_max_per_heartbeat`).
+    pub promotion_per_poll: usize,
+    /// Most promotions waiting (`--promotion_queue_limit`).
+    pub promotion_queue_limit: usize,
 }
 
 impl Default for TierConfig {
@@ -35,6 +44,10 @@ impl Default for TierConfig {
             force_evict: false,
             queue_limit: 50_000,
             dormant_ttl: Duration::from_secs(3600),
+            promotion_on_hit: false,
+            promotion_threshold: 2,
+            promotion_per_poll: 16,
+            promotion_queue_limit: 50_000,
         }
     }
 }
@@ -56,7 +69,17 @@ pub struct Offloads {
     pub demoted: AtomicU64,
     /// Tiers being taken over: the records their owner confirmed so far.
     pub(crate) confirming: Mutex<HashMap<u32, HashSet<u64>>>,
+    /// Reads of disk-only objects not yet promoted, by key (forgotten past [`MAX_HITS`] keys).
+    hits: Mutex<HashMap<String, u32>>,
+    /// Promotions per owner, and the memory each was given (by key and version).
+    promotions: Mutex<HashMap<u64, VecDeque<OffloadJob>>>,
+    promoting: Mutex<HashMap<(String, u64), (Replica, u64)>>,
+    /// Objects brought back to memory.
+    pub promoted: AtomicU64,
 }
+
+/// Keys whose disk reads are counted at once, at most (the counts restart past it).
+const MAX_HITS: usize = 1 << 16;
 
 impl Offloads {
     /// Whether one more job fits under `limit`.
@@ -90,10 +113,80 @@ impl Offloads {
     }
 
     /// Forgets `owner`'s queue (it went away; its holds end with its heartbeats).
-    pub fn forget(&self, owner: u64) {
+    pub fn forget(&self, owner: u64) -> Vec<(Replica, u64)> {
         if let Some(jobs) = self.queues.lock_clean().remove(&owner) {
             self.queued.fetch_sub(jobs.len(), Ordering::Relaxed);
         }
+        let jobs = self
+            .promotions
+            .lock_clean()
+            .remove(&owner)
+            .unwrap_or_default();
+        jobs.iter()
+            .filter_map(|j| self.promoted_into(&j.key, j.version))
+            .collect()
+    }
+
+    /// Counts a read of the disk-only object `key`; `true` when it earns its promotion now.
+    pub fn hit(&self, key: &str, cfg: &TierConfig) -> bool {
+        let mut hits = self.hits.lock_clean();
+        if hits.len() >= MAX_HITS && !hits.contains_key(key) {
+            hits.clear();
+        }
+        let n = hits.entry(key.to_string()).or_default();
+        *n += 1;
+        if *n < cfg.promotion_threshold.max(1) {
+            return false;
+        }
+        hits.remove(key);
+        self.promoting.lock_clean().len() < cfg.promotion_queue_limit
+    }
+
+    /// A promotion that `hit` granted could not start: the key's next read grants it again.
+    pub fn hit_again(&self, key: &str, cfg: &TierConfig) {
+        let mut hits = self.hits.lock_clean();
+        if hits.len() < MAX_HITS {
+            hits.insert(key.to_string(), cfg.promotion_threshold.max(1) - 1);
+        }
+    }
+
+    /// Queues a promotion whose memory is `into`.
+    pub fn push_promotion(&self, owner: u64, job: OffloadJob, into: (Replica, u64)) {
+        let mut p = self.promoting.lock_clean();
+        if p.insert((job.key.clone(), job.version), into).is_some() {
+            return;
+        }
+        drop(p);
+        self.promotions
+            .lock_clean()
+            .entry(owner)
+            .or_default()
+            .push_back(job);
+    }
+
+    /// Takes up to `max` of `owner`'s promotions.
+    pub fn take_promotions(&self, owner: u64, max: usize) -> Vec<OffloadJob> {
+        let mut q = self.promotions.lock_clean();
+        let Some(jobs) = q.get_mut(&owner) else {
+            return Vec::new();
+        };
+        let out: Vec<OffloadJob> = jobs.drain(..max.min(jobs.len())).collect();
+        if jobs.is_empty() {
+            q.remove(&owner);
+        }
+        out
+    }
+
+    /// The memory given to a promotion, taken.
+    pub fn promoted_into(&self, key: &str, version: u64) -> Option<(Replica, u64)> {
+        self.promoting
+            .lock_clean()
+            .remove(&(key.to_string(), version))
+    }
+
+    /// Promotions waiting or running.
+    pub fn promotions(&self) -> usize {
+        self.promoting.lock_clean().len()
     }
 
     /// Jobs queued.
@@ -155,6 +248,12 @@ impl Offloads {
             "counter",
             "Disk records deleted under a quota",
             c(&self.lost),
+        );
+        one(
+            "promoted_total",
+            "counter",
+            "Disk-only objects brought back to memory",
+            c(&self.promoted),
         );
         one(
             "offload_demoted_total",

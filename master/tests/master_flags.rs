@@ -54,8 +54,8 @@ fn a_refused_mooncake_flag_exits_2_saying_why() {
             "tidewire-master: --root_fs_dir: tidewire has no shared file-system storage backend",
         ),
         (
-            &["--promotion_on_hit"][..],
-            "tidewire-master: --promotion_on_hit: not yet supported: ",
+            &["--offload_cap_ratio=0.5"][..],
+            "tidewire-master: --offload_cap_ratio: not yet supported: ",
         ),
         (
             &["-enable_kv_events=1"][..],

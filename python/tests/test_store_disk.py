@@ -307,3 +307,30 @@ def test_unmounting_the_disk_drops_its_replicas_and_files(tier):
     finally:
         s.close()
         m.stop()
+
+
+def test_a_disk_only_object_read_twice_is_promoted_to_memory(tier):
+    m = Master("--enable_offload=true", "--offload_on_evict=true", "--promotion_on_hit=true")
+    s = MooncakeDistributedStore()
+    try:
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 * MiB, 16 * MiB, "tcp", "", m.address,
+                       enable_ssd_offload=True, ssd_offload_path=tier) == 0
+        keys = {f"p{i}": [1200 + i, MiB] for i in range(40)}
+        assert [s.put(k, value(*v)) for k, v in keys.items()] == [0] * 40
+        settled(m)
+        before = s.get_offload_rpc_read_count()
+        assert s.get("p0") == value(*keys["p0"])
+        assert s.get_offload_rpc_read_count() == before + 1, "p0 was read from disk"
+        assert metric(m, "promoted_total") == 0, "one read is not enough (threshold 2)"
+        assert s.get("p0") == value(*keys["p0"])
+        # Promoted in the background, once the owner's memory has room (the first attempt may
+        # make it; a later read tries again).
+        assert wait_until(lambda: s.get("p0") == value(*keys["p0"])
+                          and metric(m, "promoted_total") == 1, 10)
+        # Now in memory: the next read does not touch the disk.
+        read = s.get_offload_rpc_read_count()
+        assert s.get("p0") == value(*keys["p0"])
+        assert s.get_offload_rpc_read_count() == read
+    finally:
+        s.close()
+        m.stop()

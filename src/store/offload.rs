@@ -6,7 +6,7 @@
 
 use super::StoreError;
 use super::disk::{DiskTier, Held};
-use super::proto::{DiskRecord, MAX_BATCH, OffloadDone, Reply, Request, code};
+use super::proto::{DiskRecord, MAX_BATCH, OffloadDone, OffloadJob, Reply, Request, code};
 use super::shared::Shared;
 use crate::sync::{LockClean, Recover};
 use std::sync::{Arc, Condvar, Mutex};
@@ -131,6 +131,11 @@ pub(crate) fn run(sh: &Shared, tier: &DiskTier, stop: &(Mutex<bool>, Condvar)) {
             continue;
         }
         idle = Duration::ZERO;
+        let (promotions, jobs): (Vec<OffloadJob>, Vec<OffloadJob>) =
+            jobs.into_iter().partition(|j| j.promote.is_some());
+        for j in &promotions {
+            done.push(promote(sh, tier, j));
+        }
         let mut items: Vec<(&str, &[u8])> = Vec::with_capacity(jobs.len());
         let mut fit = Vec::with_capacity(jobs.len());
         for j in &jobs {
@@ -161,9 +166,29 @@ pub(crate) fn run(sh: &Shared, tier: &DiskTier, stop: &(Mutex<bool>, Condvar)) {
                 version: j.version,
                 loc,
                 evict: j.evict,
+                promote: false,
             });
         }
         lost.extend(records(&tier.enforce_quota()));
+    }
+}
+
+/// A promotion: reads record `j.promote` of our tier into the memory the master gave it in our
+/// own segment (nobody else writes there until we report).
+fn promote(sh: &Shared, tier: &DiskTier, j: &OffloadJob) -> OffloadDone {
+    let loc = j.promote.unwrap_or_default();
+    // SAFETY: the master allocated `[addr, addr+len)` in our segment for this promotion and
+    // hands it to nobody else until we report.
+    let read = match unsafe { sh.own_bytes_mut(j.addr, j.len) } {
+        Some(dst) => tier.files().read(loc, &j.key, j.len, 0, dst).is_ok(),
+        None => false,
+    };
+    OffloadDone {
+        key: j.key.clone(),
+        version: j.version,
+        loc: read.then_some(loc),
+        evict: false,
+        promote: true,
     }
 }
 

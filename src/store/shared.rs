@@ -104,11 +104,23 @@ impl Shared {
     /// # Safety
     /// Nobody writes those bytes while the slice lives (the master holds their version for us).
     pub(crate) unsafe fn own_bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
-        let seg = self.segment.as_ref().filter(|s| s.contains(addr, len))?;
-        let _ = seg;
+        self.segment.as_ref().filter(|s| s.contains(addr, len))?;
         // SAFETY: the range lies in our mapped segment (checked), which lives as long as
         // `self`; the caller's contract rules out writers.
         Some(unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) })
+    }
+
+    /// `len` writable bytes at `addr` of our own segment, when they lie in it.
+    ///
+    /// # Safety
+    /// Nobody else reads or writes those bytes while the slice lives (the master gave them to
+    /// this client alone).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn own_bytes_mut(&self, addr: u64, len: u64) -> Option<&mut [u8]> {
+        self.segment.as_ref().filter(|s| s.contains(addr, len))?;
+        // SAFETY: the range lies in our mapped segment (checked), which lives as long as
+        // `self`; the caller's contract gives us the bytes alone.
+        Some(unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len as usize) })
     }
 
     pub(crate) fn own_segment(&self, r: &ReplicaDesc) -> bool {

@@ -41,6 +41,11 @@ pub(super) enum TierChoice {
 }
 
 impl Objects {
+    /// Whether a version has a disk replica.
+    pub(super) fn has_disk(c: &Version) -> bool {
+        c.has_disk()
+    }
+
     /// The memory bytes eviction may free from a complete version (its disk replicas stay).
     pub(super) fn memory_bytes(c: &Version) -> u64 {
         c.memory_bytes()
@@ -76,9 +81,74 @@ impl Objects {
             addr,
             len: c.size,
             evict,
+            promote: None,
         };
         sh.watch(now);
         Some((owner, job))
+    }
+
+    /// A promotion of `key` (complete, only on disk): memory in its tier owner's segment, and
+    /// the job that reads the record into it. `None` when it has a memory replica, its tier's
+    /// owner has no room, or it is gone.
+    pub fn promote_job(
+        &self,
+        key: &str,
+        segs: &Segments,
+    ) -> Option<(u64, OffloadJob, (Replica, u64))> {
+        let (hash, si) = self.locate(key);
+        let sh = self.shard(si);
+        let c = sh
+            .table
+            .find(hash, key)
+            .and_then(|s| sh.table.get(s))
+            .and_then(|o| o.complete.as_ref())?;
+        if c.replicas.as_slice().iter().any(|r| !r.on_disk()) {
+            return None;
+        }
+        let disk = *c.replicas.as_slice().first()?;
+        let owner = segs.owner_of(disk.seg)?;
+        let (into, addr) = segs.alloc_beside(disk.seg, c.size)?;
+        let job = OffloadJob {
+            key: key.to_string(),
+            version: c.id,
+            addr,
+            len: c.size,
+            evict: false,
+            promote: Some(disk.offset),
+        };
+        Some((owner, job, (into, c.size)))
+    }
+
+    /// A promotion finished: its memory `into` becomes a replica when the bytes are in place
+    /// and the version is still the key's complete one without a memory replica; otherwise it
+    /// is freed. Returns whether the object is in memory again.
+    pub fn promotion_done(&self, d: &OffloadDone, into: (Replica, u64), segs: &Segments) -> bool {
+        let (into, len) = into;
+        let (hash, si) = self.locate(&d.key);
+        let mut sh = self.shard(si);
+        let o = sh
+            .table
+            .find(hash, &d.key)
+            .and_then(|s| sh.table.get_mut(s));
+        let hard_pin = o.as_ref().is_some_and(|o| o.hard_pin);
+        let c = o.and_then(|o| o.complete.as_mut()).filter(|c| {
+            d.loc.is_some()
+                && c.id == d.version
+                && c.replicas.as_slice().iter().all(|r| r.on_disk())
+        });
+        let Some(c) = c else {
+            drop(sh);
+            segs.free(&into, len);
+            return false;
+        };
+        let mut reps = vec![into];
+        reps.extend_from_slice(c.replicas.as_slice());
+        if let Some(r) = Replicas::from_vec(reps) {
+            c.replicas = r;
+        }
+        let size = c.size;
+        self.emit(|| Record::put(&d.key, size, segs.named(&[into]), hard_pin));
+        true
     }
 
     /// What eviction does with the object in `slot` (see [`TierChoice`]).

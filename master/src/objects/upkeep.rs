@@ -143,11 +143,14 @@ impl Objects {
         }
         let now = self.now();
         let tiered = cfg.tier.enabled;
+        // A lease keeps an object from removal, not from losing a memory replica its disk
+        // replica backs (a reader is protected by its read hold, not by the lease).
         let evictable = |o: &super::Object| {
             let soft = o.soft_pin_until != 0;
+            let demotable = tiered && o.complete.as_ref().is_some_and(Objects::has_disk);
             !(o.hard_pin
                 || o.pending.is_some()
-                || lease_active(o, now)
+                || (lease_active(o, now) && !demotable)
                 || o.complete.as_ref().is_none_or(|c| !c.holds.is_empty())
                 || (soft && !cfg.allow_evict_soft_pinned))
         };
@@ -196,7 +199,13 @@ impl Objects {
             let same = sh.table.get(c.slot).is_some_and(|o| {
                 evictable(o) && o.complete.as_ref().is_some_and(|v| v.id == c.version)
             });
-            if !same || sh.removable(c.slot, false, now) != Ok(()) {
+            let demotable = tiered
+                && sh
+                    .table
+                    .get(c.slot)
+                    .and_then(|o| o.complete.as_ref())
+                    .is_some_and(Objects::has_disk);
+            if !same || (!demotable && sh.removable(c.slot, false, now) != Ok(())) {
                 continue;
             }
             let choice = match tiered {

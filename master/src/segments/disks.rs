@@ -215,6 +215,25 @@ impl Segments {
         Some((s.client_id, disk.id, s.base + r.offset))
     }
 
+    /// `len` bytes in a memory segment of the owner of tier `disk` (for a promotion): the
+    /// replica and its absolute address.
+    pub fn alloc_beside(&self, disk: u32, len: u64) -> Option<(Replica, u64)> {
+        let t = self.table.read_clean();
+        let owner = t.by_id.get(&disk)?.client_id;
+        t.by_id
+            .values()
+            .filter(|s| s.client_id == owner && s.placeable())
+            .find_map(|s| {
+                let offset = s.alloc.lock_clean().alloc(len)?;
+                Some((Replica { seg: s.id, offset }, s.base + offset))
+            })
+    }
+
+    /// The owner of tier `disk`.
+    pub fn owner_of(&self, disk: u32) -> Option<u64> {
+        self.disk(disk).map(|s| s.client_id)
+    }
+
     /// (tiers, bytes held, quota) over every disk tier.
     pub fn disk_usage(&self) -> (usize, u64, u64) {
         let t = self.table.read_clean();

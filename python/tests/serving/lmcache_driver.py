@@ -73,6 +73,12 @@ def parse_args(argv):
     ap.add_argument("--metrics-port", type=int, default=0,
                     help="the master's admin HTTP port: the writer also checks /get_all_keys")
     ap.add_argument("--mode", default="meta", choices=["meta", "zerocopy"])
+    ap.add_argument("--segment-mib", type=int, default=512,
+                    help="the writer's global_segment_size, MiB")
+    ap.add_argument("--offload-dir", default="",
+                    help="the writer's disk tier: LMCache's extra_config keys "
+                    "mooncake_enable_ssd_offload / mooncake_ssd_offload_path, which its "
+                    "connector hands to setup(dict) as enable_ssd_offload / ssd_offload_path")
     ap.add_argument("role", choices=["writer", "reader", "probe"],
                     help="probe: LMCache's setup with --master as master_server_address, "
                     "then the client's health_check (is a master reached?)")
@@ -174,7 +180,7 @@ def lmcache_config(role):
         # any mooncake_<k> key as <k>; values are strings).
         "local_hostname": "127.0.0.1",
         "metadata_server": "P2PHANDSHAKE",
-        "global_segment_size": str((512 if writer else 0) * MiB),
+        "global_segment_size": str((ARGS.segment_mib if writer else 0) * MiB),
         # Default mode reads a whole batch through the local buffer: it must hold 64 chunks.
         "local_buffer_size": str((64 if writer else 160) * MiB),
         "protocol": "tcp",
@@ -185,6 +191,10 @@ def lmcache_config(role):
         # Read by LMCache's RemoteConnector, not sent to the store.
         "save_chunk_meta": ARGS.mode == "meta",
     }
+    if writer and ARGS.offload_dir:
+        # Mooncake's own setup-dict keys for SSD offload, through LMCache's mooncake_ prefix.
+        extra["mooncake_enable_ssd_offload"] = "true"
+        extra["mooncake_ssd_offload_path"] = ARGS.offload_dir
     return LMCacheEngineConfig.from_defaults(
         chunk_size=CHUNK_TOKENS,
         local_cpu=True,
@@ -238,7 +248,9 @@ class Lmcache:
             else conn
         self.store = self.connector.store
         keys = sorted(self.connector.config.setup_config)
-        check(keys == sorted(SETUP_KEYS), f"setup dict keys {keys}")
+        want_keys = SETUP_KEYS + (["enable_ssd_offload", "ssd_offload_path"]
+                                  if role == "writer" and ARGS.offload_dir else [])
+        check(keys == sorted(want_keys), f"setup dict keys {keys}")
         check(self.connector.save_chunk_meta == (ARGS.mode == "meta"),
               f"save_chunk_meta is {self.connector.save_chunk_meta}")
         pool = self.sm.storage_backends[LOCAL].memory_allocator.pin_allocator.buffer

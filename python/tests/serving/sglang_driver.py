@@ -91,6 +91,10 @@ def parse_args(argv=None):
     ap.add_argument("--rounds", type=int, default=ROUNDS)
     ap.add_argument("--segment", type=int, default=512 << 20,
                     help="the writer's global segment, bytes")
+    ap.add_argument("--offload-dir", default="",
+                    help="the writer's disk tier: set MOONCAKE_ENABLE_SSD_OFFLOAD=true and "
+                    "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH=DIR, as SGLang users do (the backend "
+                    "adds a rank_<dp>_<tp>_<pp>_<cp> subdirectory)")
     ap.add_argument("--lease-ms", type=int, default=3000,
                     help="the master's default_kv_lease_ttl, waited out before the last clear")
     ap.add_argument("role", choices=["writer", "reader"])
@@ -214,6 +218,11 @@ def configure(role):
             "MOONCAKE_DEVICE": "",
             "MOONCAKE_MASTER_METRICS_PORT": str(ARGS.metrics_port),
         })
+        if ARGS.offload_dir:
+            # SGLang's own settings for Mooncake's SSD offload (sglang/srt/environ.py): the
+            # backend passes them to setup() as enable_ssd_offload / ssd_offload_path.
+            os.environ.update({"MOONCAKE_ENABLE_SSD_OFFLOAD": "true",
+                               "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": ARGS.offload_dir})
         return None
     fd, path = tempfile.mkstemp(prefix="sglang-mooncake-", suffix=".json")
     with os.fdopen(fd, "w") as f:

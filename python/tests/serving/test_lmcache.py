@@ -154,7 +154,7 @@ class PrivateNetns:
 # The driver processes
 # ------------------------------------------------------------------------------------------
 class Driver:
-    def __init__(self, store, master, role, mode="meta", metrics_port=0):
+    def __init__(self, store, master, role, mode="meta", metrics_port=0, extra=()):
         env = dict(os.environ)
         env.pop("PYTHONPATH", None)  # the driver sets its own path (the shim first for tidewire)
         env["PYTHONHASHSEED"] = "0"
@@ -164,8 +164,9 @@ class Driver:
         if metrics_port:
             cmd += ["--metrics-port", str(metrics_port)]
         self.name = f"{store} {mode} {role}"
-        self.proc = subprocess.Popen(cmd + [role], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(cmd + list(extra) + [role], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env)
         self.err = []
         threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True).start()
 
@@ -218,12 +219,13 @@ class DriverError(AssertionError):
         self.what = what
 
 
-def run_pair(store, mode, master, metrics_port, spawn):
+def run_pair(store, mode, master, metrics_port, spawn, writer_args=(), after_written=None):
     """Writer, then reader; every step checked. ``spawn(fn)`` starts a process (in the right
-    network namespace). Returns the TIME figures."""
+    network namespace); ``writer_args`` go to the writer's command line; ``after_written()``
+    runs once the writer is ready, before the reader starts. Returns the TIME figures."""
     writer = reader = None
     try:
-        writer = spawn(lambda: Driver(store, master, "writer", mode, metrics_port))
+        writer = spawn(lambda: Driver(store, master, "writer", mode, metrics_port, writer_args))
         setup = writer.expect("setup")
         assert setup["store_module"] == f"{store}.store", setup
         assert setup["connector"] == "MooncakestoreConnector", setup
@@ -237,6 +239,8 @@ def run_pair(store, mode, master, metrics_port, spawn):
         assert writer.expect("put_partial")["chunks"] == 2
         assert writer.expect("master_keys")["listed"] == KEYS
         writer.expect("ready")
+        if after_written:
+            after_written()
 
         reader = spawn(lambda: Driver(store, master, "reader", mode))
         reader.send("ready\n")

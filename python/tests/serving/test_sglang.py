@@ -86,7 +86,7 @@ if importlib.metadata.version("sglang") != "{SGLANG_VERSION}":
 class Driver:
     """One sglang_driver.py process; its JSON lines are read with a deadline."""
 
-    def __init__(self, store, pool, role, master):
+    def __init__(self, store, pool, role, master, extra=()):
         env = dict(os.environ)
         env.pop("PYTHONPATH", None)  # the driver sets its own path (the shim first for tidewire)
         env.setdefault("GLOG_minloglevel", "1")  # Mooncake: warnings and errors only
@@ -94,7 +94,7 @@ class Driver:
         self.proc = subprocess.Popen(
             [SERVING_PYTHON, DRIVER, "--store", store, "--master", master.address,
              "--metrics-port", str(master.metrics_port), "--pool", pool,
-             "--lease-ms", str(LEASE_MS), role],
+             "--lease-ms", str(LEASE_MS), *extra, role],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env)
         self.err = []

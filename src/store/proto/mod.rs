@@ -214,6 +214,9 @@ pub struct OffloadJob {
     pub len: u64,
     /// Written because eviction chose it: once on disk its memory replica is dropped.
     pub evict: bool,
+    /// Promotion on hit: read record `loc` of the owner's tier into `addr` (a buffer the master
+    /// allocated in the owner's memory segment) instead of writing one.
+    pub promote: Option<u64>,
 }
 
 /// What became of an [`OffloadJob`].
@@ -227,6 +230,8 @@ pub struct OffloadDone {
     pub loc: Option<u64>,
     /// The job's `evict`.
     pub evict: bool,
+    /// The job was a promotion (`loc` is then `Some` when the bytes are in place).
+    pub promote: bool,
 }
 
 /// A client's request.

@@ -411,6 +411,46 @@ pub const FLAGS: &[Flag] = &[
         refused: None,
     },
     Flag {
+        name: "promotion_on_hit",
+        aliases: &[],
+        kind: Kind::Bool,
+        default: Some("false"),
+        help: "a disk-only object read often enough is read back into its\ntier owner's memory ({})",
+        set: |p, n, v| boolean(n, v).map(|b| p.flags.master.tier.promotion_on_hit = b),
+        refused: None,
+    },
+    Flag {
+        name: "promotion_admission_threshold",
+        aliases: &[],
+        kind: Kind::Value("N"),
+        default: Some("2"),
+        help: "reads of a disk-only object that earn its promotion ({})",
+        set: |p, n, v| {
+            number(n, v).map(|x: u32| p.flags.master.tier.promotion_threshold = x.max(1))
+        },
+        refused: None,
+    },
+    Flag {
+        name: "promotion_max_per_heartbeat",
+        aliases: &[],
+        kind: Kind::Value("N"),
+        default: Some("16"),
+        help: "promotions handed to a tier's owner per poll ({}; it polls\nevery 1-20 ms, Mooncake's clients every heartbeat)",
+        set: |p, n, v| {
+            number(n, v).map(|x: usize| p.flags.master.tier.promotion_per_poll = x.max(1))
+        },
+        refused: None,
+    },
+    Flag {
+        name: "promotion_queue_limit",
+        aliases: &[],
+        kind: Kind::Value("N"),
+        default: Some("50000"),
+        help: "most promotions waiting or running ({})",
+        set: |p, n, v| number(n, v).map(|x: usize| p.flags.master.tier.promotion_queue_limit = x),
+        refused: None,
+    },
+    Flag {
         name: "disk_dormant_sec",
         aliases: &[],
         kind: Kind::Value("S"),
@@ -537,10 +577,6 @@ pub const FLAGS: &[Flag] = &[
         None,
         "the write queue is bounded by --offloading_queue_limit alone",
     ),
-    not_yet("promotion_on_hit", BOOL, Some("false"), OFFLOAD),
-    not_yet("promotion_admission_threshold", VALUE, None, OFFLOAD),
-    not_yet("promotion_max_per_heartbeat", VALUE, None, OFFLOAD),
-    not_yet("promotion_queue_limit", VALUE, None, OFFLOAD),
     not_yet("enable_kv_events", BOOL, Some("false"), KV_EVENTS),
     not_yet("kv_events_bind_endpoint", VALUE, None, KV_EVENTS),
     not_yet("kv_events_backend_id", VALUE, None, KV_EVENTS),
@@ -576,8 +612,6 @@ const TENANTS: &str = "tidewire has no tenants (namespaces, quotas); all clients
     space";
 const TASKS: &str = "tidewire-master has no task manager (no master-driven copy or move \
     tasks); nothing to bound";
-const OFFLOAD: &str = "the disk tier has no promotion on hit yet (a disk-resident key is read \
-    from disk each time)";
 const KV_EVENTS: &str = "tidewire publishes no KV cache events yet";
 
 /// The kinds of refused rows, so that `--name value` takes its value as Mooncake's would.

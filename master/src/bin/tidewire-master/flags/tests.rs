@@ -303,14 +303,7 @@ fn the_not_yet_group_is_the_offload_tier_and_kv_events() {
         .filter(|f| f.refused.as_ref().is_some_and(|r| r.not_yet))
         .map(|f| f.name)
         .collect();
-    for n in [
-        "offload_cap_ratio",
-        "promotion_on_hit",
-        "promotion_admission_threshold",
-        "promotion_max_per_heartbeat",
-        "promotion_queue_limit",
-        "enable_kv_events",
-    ] {
+    for n in ["offload_cap_ratio", "enable_kv_events"] {
         assert!(not_yet.contains(&n), "--{n}");
     }
     let kv_events = mooncake_flags()
@@ -319,11 +312,18 @@ fn the_not_yet_group_is_the_offload_tier_and_kv_events() {
         .collect::<Vec<_>>();
     assert_eq!(kv_events.len(), 11);
     assert!(kv_events.iter().all(|n| not_yet.contains(n)));
-    assert_eq!(not_yet.len(), 6 + 11, "{not_yet:?}");
+    assert_eq!(not_yet.len(), 2 + 11, "{not_yet:?}");
     assert!(
-        parse(&args(&["--promotion_on_hit"]))
+        parse(&args(&["--enable_kv_events"]))
             .unwrap_err()
-            .starts_with("--promotion_on_hit: not yet supported: ")
+            .starts_with("--enable_kv_events: not yet supported: ")
+    );
+    assert!(
+        parse(&args(&[
+            "--promotion_on_hit",
+            "--promotion_admission_threshold=3"
+        ]))
+        .is_ok()
     );
     assert!(parse(&args(&["--enable_offload", "--offload_on_evict=true"])).is_ok());
 }
@@ -385,8 +385,8 @@ fn refused_flags_name_the_flag_and_why() {
             "--kv_events_queue_capacity: not yet supported",
         ),
         (
-            "--promotion_on_hit",
-            "--promotion_on_hit: not yet supported",
+            "--offload_cap_ratio=0.3",
+            "--offload_cap_ratio: not yet supported",
         ),
         // Mooncake's default asks for disk eviction: refused.
         (
