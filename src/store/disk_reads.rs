@@ -14,8 +14,19 @@ use super::shared::Shared;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Most threads reading disk replicas for one call.
+/// Most threads reading disk replicas for one call (`TW_STORE_DISK_READERS`, default 8).
 pub const DISK_READERS: usize = 8;
+
+fn disk_readers() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("TW_STORE_DISK_READERS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(DISK_READERS)
+    })
+}
 
 /// Whether a replica is a disk tier's record.
 pub(crate) fn on_disk(d: &&ReplicaDesc) -> bool {
@@ -106,7 +117,7 @@ pub(crate) unsafe fn read_disk_replicas(
         }
         Err(code::OBJECT_NOT_FOUND)
     };
-    let threads = which.len().min(DISK_READERS);
+    let threads = which.len().min(disk_readers());
     if threads <= 1 {
         for &i in which {
             out[i] = one(i);

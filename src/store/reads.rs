@@ -160,8 +160,18 @@ pub(crate) unsafe fn read_replicas(
         }
     }
     if !from_disk.is_empty() {
+        // Fresh destinations are populated alongside, as for engine reads.
+        let fresh_dst: Vec<(u64, u64)> = match fresh {
+            true => from_disk
+                .iter()
+                .flat_map(|&i| reads[i].dst.spans(reads[i].len).map(|(a, _, n)| (a, n)))
+                .collect(),
+            false => Vec::new(),
+        };
         // SAFETY: as this fn's contract, for the reads listed.
-        unsafe { read_disk_replicas(sh, reads, &from_disk, &mut out) };
+        populate_behind(&fresh_dst, || unsafe {
+            read_disk_replicas(sh, reads, &from_disk, &mut out)
+        });
     }
     out
 }
