@@ -376,6 +376,10 @@ impl Master {
                 used: _,
                 max,
             } => self.offload_poll(client_id, &name, &done, &lost, max),
+            Request::Promote { client_id, keys } => {
+                self.touch(client_id);
+                self.promote_now(&keys)
+            }
         })
     }
 

@@ -9,6 +9,11 @@ use tidewire::store::proto::{DiskRecord, GetResult, KeyVersion, OffloadDone, Rep
 use tidewire::sync::LockClean;
 use tidewire::tw_log;
 
+/// Whether a replica's segment is a disk tier.
+fn on_disk(segment: &str) -> bool {
+    segment.starts_with(tidewire::store::disk::TIER_PREFIX)
+}
+
 impl Master {
     fn tier_off() -> Reply {
         Reply::Error {
@@ -169,13 +174,10 @@ impl Master {
             return;
         }
         for (k, r) in keys.iter().zip(results) {
-            let disk_only = r.code == code::OK
-                && r.replicas
-                    .iter()
-                    .all(|d| d.endpoint.starts_with(tidewire::store::disk::TIER_PREFIX));
+            let disk_only = r.code == code::OK && r.replicas.iter().all(|d| on_disk(&d.endpoint));
             if disk_only && self.offloads.hit(k, t) {
                 match self.objs.promote_job(k, &self.segs) {
-                    Some((owner, job, into)) => self.offloads.push_promotion(owner, job, into),
+                    Some((owner, job, into)) => self.queue_promotion(owner, job, into),
                     None => {
                         // No room in the owner's memory now: make some (demotions free it at
                         // once, offloads soon), and let the next read try again.
@@ -185,6 +187,48 @@ impl Master {
                     }
                 }
             }
+        }
+    }
+
+    /// `Request::Promote`: a promotion now for each disk-only key (making room once if needed).
+    pub(super) fn promote_now(&self, keys: &[String]) -> Reply {
+        if !self.cfg.tier.enabled {
+            return Self::tier_off();
+        }
+        let codes = keys
+            .iter()
+            .map(|k| {
+                let found = self.objs.peek(k, &self.segs);
+                let Ok(info) = found else {
+                    return code::OBJECT_NOT_FOUND;
+                };
+                let job = self.objs.promote_job(k, &self.segs).or_else(|| {
+                    self.objs
+                        .evict(info.size, &self.segs, &self.cfg, &self.offloads);
+                    self.objs.promote_job(k, &self.segs)
+                });
+                match job {
+                    Some((owner, job, into)) => {
+                        self.queue_promotion(owner, job, into);
+                        code::OK
+                    }
+                    // In memory already, or no room at all.
+                    None if info.replicas.iter().any(|d| !on_disk(&d.endpoint)) => code::OK,
+                    None => code::NO_AVAILABLE_HANDLE,
+                }
+            })
+            .collect();
+        Reply::Codes { codes }
+    }
+
+    fn queue_promotion(
+        &self,
+        owner: u64,
+        job: tidewire::store::proto::OffloadJob,
+        into: (crate::segments::Replica, u64),
+    ) {
+        if !self.offloads.push_promotion(owner, job, into) {
+            self.segs.free(&into.0, into.1);
         }
     }
 

@@ -150,18 +150,23 @@ impl Offloads {
         }
     }
 
-    /// Queues a promotion whose memory is `into`.
-    pub fn push_promotion(&self, owner: u64, job: OffloadJob, into: (Replica, u64)) {
+    /// Queues a promotion whose memory is `into`; `false` (nothing queued: the caller frees
+    /// `into`) when the same version is being promoted already.
+    #[must_use]
+    pub fn push_promotion(&self, owner: u64, job: OffloadJob, into: (Replica, u64)) -> bool {
         let mut p = self.promoting.lock_clean();
-        if p.insert((job.key.clone(), job.version), into).is_some() {
-            return;
+        let id = (job.key.clone(), job.version);
+        if p.contains_key(&id) {
+            return false;
         }
+        p.insert(id, into);
         drop(p);
         self.promotions
             .lock_clean()
             .entry(owner)
             .or_default()
             .push_back(job);
+        true
     }
 
     /// Takes up to `max` of `owner`'s promotions.

@@ -1,6 +1,7 @@
 """A Store client process that owns a memory segment and a disk tier, for the disk-tier tests.
 
-Usage: disk_owner.py MASTER SEGMENT_BYTES TIER_DIR; then one JSON command per stdin line:
+Usage: disk_owner.py MASTER SEGMENT_BYTES TIER_DIR (``-``: no tier, a plain client); then one
+JSON command per stdin line:
 ``{"op": "put", "keys": {key: [seed, len]}}`` (upserts), ``{"op": "remove", "keys": [...]}``,
 ``{"op": "check", "keys": {key: [seed, len]}}`` (reads back: the keys whose bytes differ).
 Prints one JSON line when ready and one per command. Killed by the tests with SIGKILL."""
@@ -19,9 +20,9 @@ def value(seed, n):
 def main():
     master, segment, tier = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     s = MooncakeDistributedStore()
+    disk = {} if tier == "-" else {"enable_ssd_offload": True, "ssd_offload_path": tier}
     try:
-        rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 << 20, "tcp", "", master,
-                     enable_ssd_offload=True, ssd_offload_path=tier)
+        rc = s.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 << 20, "tcp", "", master, **disk)
     except ValueError as e:
         print(json.dumps({"ready": False, "error": str(e)}), flush=True)
         return
@@ -37,7 +38,8 @@ def main():
             print(json.dumps({"codes": [s.remove(k, True) for k in cmd["keys"]]}), flush=True)
         elif cmd["op"] == "check":
             bad = [k for k, spec in cmd["keys"].items() if s.get(k) != value(*spec)]
-            print(json.dumps({"bad": bad}), flush=True)
+            print(json.dumps({"bad": bad, "disk_reads": s.get_offload_rpc_read_count()}),
+                  flush=True)
     s.close()
 
 

@@ -41,8 +41,8 @@ def settled(master):
 class Owner:
     """disk_owner.py: a client process owning a segment and a disk tier."""
 
-    def __init__(self, master, tier, segment=32 * MiB):
-        env = dict(os.environ)
+    def __init__(self, master, tier, segment=32 * MiB, env=None):
+        env = dict(os.environ, **(env or {}))
         env["PYTHONPATH"] = os.pathsep.join(
             [os.path.join(REPO, "python"), os.path.dirname(OWNER)]
             + [p for p in [env.get("PYTHONPATH")] if p])
@@ -333,4 +333,29 @@ def test_a_disk_only_object_read_twice_is_promoted_to_memory(tier):
         assert s.get_offload_rpc_read_count() == read
     finally:
         s.close()
+        m.stop()
+
+
+def test_a_reader_that_cannot_reach_the_disk_gets_the_value_through_its_owner(tier):
+    """A reader on another host (here: told not to read other tiers' directories) asks the
+    master to promote disk-only values; their owner reads them into memory, and the reader
+    reads them over the engine."""
+    m = Master("--enable_offload=true", "--offload_on_evict=true")
+    owner = Owner(m, tier, segment=16 * MiB)
+    far = None
+    try:
+        assert owner.ready["ready"], owner.ready
+        keys = {f"f{i}": [1500 + i, MiB] for i in range(40)}
+        assert owner.do(op="put", keys=keys)["codes"] == [0] * 40
+        settled(m)
+        far = Owner(m, "-", segment=0, env={"TW_STORE_DISK_DIRECT": "0"})
+        assert far.ready["ready"], far.ready
+        oldest = {k: keys[k] for k in ["f0", "f1", "f2"]}
+        got = far.do(op="check", keys=oldest)
+        assert got["bad"] == [] and got["disk_reads"] == 0, got
+        assert metric(m, "promoted_total") >= 3
+    finally:
+        if far:
+            far.close()
+        owner.close()
         m.stop()

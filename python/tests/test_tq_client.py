@@ -50,11 +50,11 @@ pytestmark = [
 
 
 class Driver:
-    def __init__(self, role, master, metadata):
+    def __init__(self, role, master, metadata, extra=()):
         env = dict(os.environ)
         env.pop("PYTHONPATH", None)  # the driver sets its own path (shim first)
         self.proc = subprocess.Popen(
-            [TQ_PYTHON, DRIVER, role, master.address, metadata],
+            [TQ_PYTHON, DRIVER, role, master.address, metadata, *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env)
         self.err = []
@@ -117,4 +117,63 @@ def test_transferqueue_client_put_get_clear(mode):
         for d in (reader, writer):
             if d:
                 d.kill()
+        m.stop()
+
+
+# TransferQueue's SSD-offload deployment (transfer_queue/storage/bootstrap/mooncake_bootstrap.py
+# with ``offload.enabled``): the master's flags below, and one standalone client owning a
+# segment and the disk tier (``mooncake_client -enable_offload=true``, here disk_owner.py: a
+# tidewire client with setup(..., enable_ssd_offload=True, ssd_offload_path=<dir>)).
+# One change: TransferQueue's bootstrap gives reads a 999,999 ms lease, and eviction (which
+# on-evict needs before an object's disk write) passes over leased objects, as Mooncake's does:
+# once a generation larger than DRAM has been read back, its objects left in memory can never
+# be evicted, and the next generation's upserts fail with -200 after their wait (TransferQueue
+# retries 3 times, then raises). A 1 s lease here.
+TQ_OFFLOAD_MASTER_FLAGS = (
+    "-client_ttl=30", "-default_kv_lease_ttl=1000", "-default_kv_soft_pin_ttl=999999",
+    "--allow_evict_soft_pinned_objects=false", "--enable_offload=true",
+    "--eviction_high_watermark_ratio=0.9", "--eviction_ratio=0.1", "--offload_on_evict=true",
+    "--offload_force_evict=false", "--offloading_queue_limit=10000")
+OWNER_SEGMENT = 48 << 20
+
+
+def test_transferqueue_client_disk_tier(tmp_path):
+    """TransferQueue's MooncakeStoreClient configured for its SSD offload (``offload: {enabled:
+    true}``: puts not hard-pinned) with no segment of its own, against a master with
+    TransferQueue's offload flags (on-evict) and a tier owner with a 48 MiB segment: a writer
+    puts 150 MiB of 256 KiB tensors and 450 non-tensors, 100 keys per put, three generations
+    (new, same sizes in place, new sizes: upserts of keys whose only copy is on disk), reading
+    each back whole; a reader gets the last one (every byte compared), clears, and nothing is
+    left. Misses fail: the tier's quota is far above the working set."""
+    from disk_tier_util import check_tier
+    from test_store_disk import Owner
+
+    tier = str((tmp_path / "tq-ssd").resolve())
+    os.makedirs(tier)
+    m = Master(*TQ_OFFLOAD_MASTER_FLAGS)
+    owner = writer = reader = None
+    try:
+        owner = Owner(m, tier, segment=OWNER_SEGMENT)
+        assert owner.ready["ready"], owner.ready
+        writer = Driver("writer", m, "P2PHANDSHAKE", ["--disk"])
+        put = writer.read(timeout=420)
+        assert put["store"] == "tidewire.store" and put["hard_pin"] is False, put
+        assert put["keys"] == 1050 and put["bytes"] >= 3 * OWNER_SEGMENT, put
+        tier_figures = check_tier(m, tier, put["bytes"])
+        print(f"TransferQueue disk tier: {put['bytes'] >> 20} MiB of tensors a generation over "
+              f"{tier_figures['capacity_bytes'] >> 20} MiB of DRAM; "
+              f"{tier_figures['offload_written_total']} objects written, "
+              f"{tier_figures['disk_used_bytes'] >> 20} MiB on disk")
+        reader = Driver("reader", m, "P2PHANDSHAKE", ["--disk"])
+        reader.send(json.dumps({"meta": put["meta"]}) + "\n")
+        assert reader.read(timeout=420) == {"checked": 1050}
+        assert reader.read() == {"cleared": 1050}
+        assert reader.finish() == 0, "".join(reader.err)[-2000:]
+        assert writer.finish() == 0, "".join(writer.err)[-2000:]
+    finally:
+        for d in (reader, writer):
+            if d:
+                d.kill()
+        if owner:
+            owner.close()
         m.stop()

@@ -4,6 +4,16 @@ TransferQueue virtual environment (torch, transfer_queue), started by test_tq_cl
 
     tq_driver.py writer MASTER METADATA   # puts, prints {"meta": ...}, waits on stdin, closes
     tq_driver.py reader MASTER METADATA   # reads stdin's meta, gets, checks, clears, checks
+    tq_driver.py writer|reader MASTER METADATA --disk   # the disk-tier working set (below)
+
+``--disk``: the client is configured as TransferQueue's SSD-offload deployment configures it
+(``offload: {enabled: true}``, so its puts are not hard-pinned and may be evicted to disk) with
+no segment of its own: every value lives in the segment of the tier owner the test starts (the
+stand-in for TransferQueue's ``mooncake_client -enable_offload=true``). The working set is
+``N_BIG`` float32 tensors of 256 KiB (150 MiB, several times the owner's segment) and the 450
+non-tensors, put ``STEP`` keys per ``put`` call (as training steps put their batches), in the
+same three generations; after each generation the writer reads all of it back (most of it from
+disk), the reader the last one.
 
 Both print one JSON line per step; a failure is {"error": ...} and exit status 1.
 """
@@ -24,6 +34,9 @@ from transfer_queue.storage.clients.mooncake_client import MooncakeStoreClient  
 
 N_TENSORS = 900  # above TransferQueue's 400-key batch: three batches on its 4 worker threads
 N_OBJECTS = 450
+DISK = "--disk" in sys.argv[4:]
+N_BIG = 600  # --disk: float32 tensors of 64 x 1024 (256 KiB), 150 MiB a generation
+STEP = 100  # --disk: keys per put / get call (25 MiB of tensors)
 
 
 def tensor(i, gen):
@@ -55,7 +68,11 @@ def dataset(generation, shift=0):
     gen = torch.Generator().manual_seed(1000 + generation)
     rnd = np.random.default_rng(2000 + generation)
     keys, vals = [], []
-    for i in range(N_TENSORS):
+    if DISK:
+        for i in range(N_BIG):
+            keys.append(f"{i}@big")
+            vals.append(torch.randn((64, 1024 + 16 * shift), generator=gen))
+    for i in range(0 if DISK else N_TENSORS):
         keys.append(f"{i}@tensor")
         t = tensor(i + shift, gen)
         vals.append(t)
@@ -92,6 +109,11 @@ def client(master, metadata):
         "local_buffer_size": 16 << 20,
         "protocol": "tcp",
     }
+    if DISK:
+        # TransferQueue's offload deployment: its clients' puts are not hard-pinned; the
+        # segment (and tier) is the owner's.
+        cfg["global_segment_size"] = 0
+        cfg["offload"] = {"enabled": True}
     return MooncakeStoreClient(cfg)
 
 
@@ -103,7 +125,11 @@ def check_get(c, generation, shift, meta):
     keys, want = dataset(generation, shift)
     shapes = [list(v.shape) if isinstance(v, torch.Tensor) else None for v in want]
     dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for v in want]
-    got = c.get(keys, shapes=shapes, dtypes=dtypes, custom_backend_meta=meta)
+    step = STEP if DISK else len(keys)
+    got = []
+    for i in range(0, len(keys), step):
+        got += c.get(keys[i:i + step], shapes=shapes[i:i + step], dtypes=dtypes[i:i + step],
+                     custom_backend_meta=meta[i:i + step])
     bad = [k for k, a, b in zip(keys, want, got) if not same(a, b)]
     if bad:
         raise AssertionError(f"generation {generation}: {len(bad)} values differ, first {bad[:3]}")
@@ -116,11 +142,15 @@ def writer(master, metadata):
     # Generation 0, then 1 with the same sizes (in-place upserts), then 2 with other sizes.
     for generation, shift in ((0, 0), (1, 0), (2, 3)):
         keys, vals = dataset(generation, shift)
-        metas[generation] = c.put(keys, vals)
+        step = STEP if DISK else len(keys)
+        metas[generation] = []
+        for i in range(0, len(keys), step):
+            metas[generation] += c.put(keys[i:i + step], vals[i:i + step])
         # The writer reads back through its own segment (memcpy path) too.
         check_get(c, generation, shift, metas[generation])
     emit(meta=metas[2], keys=len(keys), batch=mooncake_client.BATCH_SIZE_LIMIT,
-         store=type(c._store).__module__)
+         store=type(c._store).__module__, hard_pin=c.replica_config.with_hard_pin,
+         bytes=sum(len(as_bytes(v)) for v in vals if isinstance(v, torch.Tensor)))
     sys.stdin.read()  # hold the segment until the test is done with it
     c.close()
     emit(closed=True)

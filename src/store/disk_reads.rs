@@ -33,12 +33,21 @@ pub(crate) fn on_disk(d: &&ReplicaDesc) -> bool {
     d.endpoint.starts_with(super::disk::TIER_PREFIX)
 }
 
+/// Whether another process's tier directory on this host may be read directly
+/// (`TW_STORE_DISK_DIRECT`, default on; `0` sends every such read through its owner, as for a
+/// tier on another host).
+fn direct_neighbours() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TW_STORE_DISK_DIRECT").map_or(true, |v| v.trim() != "0"))
+}
+
 /// The files of the tier a disk replica names, when this process can read them.
 fn tier_files(sh: &Shared, d: &ReplicaDesc) -> Option<Arc<Files>> {
     let name = TierName::parse(&d.endpoint)?;
     match &sh.tier {
         Some(t) if t.name(sh.engine.name()).id == name.id => Some(t.files_handle()),
-        _ => sh.neighbours.files(&name),
+        _ if direct_neighbours() => sh.neighbours.files(&name),
+        _ => None,
     }
 }
 
@@ -47,8 +56,7 @@ fn tier_files(sh: &Shared, d: &ReplicaDesc) -> Option<Arc<Files>> {
 /// # Safety
 /// As [`read_disk_replicas`], for `r`.
 unsafe fn read_one(sh: &Shared, r: &Read<'_>, d: &ReplicaDesc) -> Result<(), ReadMiss> {
-    let files = tier_files(sh, d)
-        .ok_or_else(|| ReadMiss::Gone(format!("{}: not on this host", d.endpoint)))?;
+    let files = tier_files(sh, d).ok_or(ReadMiss::Elsewhere)?;
     let size = r.found.size;
     let direct = match r.dst {
         super::caller_memory::Mem::One(a) if sh.engine.memory_device(a).is_none() => Some(a),
@@ -81,7 +89,9 @@ unsafe fn read_one(sh: &Shared, r: &Read<'_>, d: &ReplicaDesc) -> Result<(), Rea
 }
 
 /// Reads each of `which` (indexes into `reads`) from its disk replicas, in turn until one
-/// reads whole; `out[i]` becomes `Ok` or `OBJECT_NOT_FOUND`.
+/// reads whole; `out[i]` becomes `Ok` or `OBJECT_NOT_FOUND`. Returns the reads whose disk
+/// replicas this process cannot reach (another host's tier): their owner must bring them to
+/// memory first.
 ///
 /// # Safety
 /// As `reads::read_replicas`: each read's destination covers `len`
@@ -91,8 +101,8 @@ pub(crate) unsafe fn read_disk_replicas(
     reads: &[Read<'_>],
     which: &[usize],
     out: &mut [Result<(), i32>],
-) {
-    let one = |i: usize| -> Result<(), i32> {
+) -> Vec<usize> {
+    let one = |i: usize| -> Result<(), ReadMiss> {
         let r = &reads[i];
         let mut last = None;
         for d in r.found.replicas.iter().filter(on_disk) {
@@ -108,24 +118,36 @@ pub(crate) unsafe fn read_disk_replicas(
                 Err(e) => last = Some(e),
             }
         }
-        if let Some(e) = last {
-            tw_log!(
+        match &last {
+            Some(ReadMiss::Elsewhere) | None => {}
+            Some(e) => tw_log!(
                 crate::log::Level::Warn,
                 "store: disk replica of {:?}: {e:?}",
                 r.key
-            );
+            ),
         }
-        Err(code::OBJECT_NOT_FOUND)
+        Err(last.unwrap_or_else(|| ReadMiss::Gone("no disk replica of its size".into())))
     };
     let threads = which.len().min(disk_readers());
+    let mut elsewhere = Vec::new();
+    let mut settle = |i: usize, r: Result<(), ReadMiss>, out: &mut [Result<(), i32>]| {
+        out[i] = match r {
+            Ok(()) => Ok(()),
+            Err(ReadMiss::Elsewhere) => {
+                elsewhere.push(i);
+                Err(code::OBJECT_NOT_FOUND)
+            }
+            Err(_) => Err(code::OBJECT_NOT_FOUND),
+        };
+    };
     if threads <= 1 {
         for &i in which {
-            out[i] = one(i);
+            settle(i, one(i), out);
         }
-        return;
+        return elsewhere;
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<(usize, Result<(), i32>)> = std::thread::scope(|s| {
+    let results: Vec<(usize, Result<(), ReadMiss>)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
@@ -145,6 +167,7 @@ pub(crate) unsafe fn read_disk_replicas(
             .collect()
     });
     for (i, r) in results {
-        out[i] = r;
+        settle(i, r, out);
     }
+    elsewhere
 }

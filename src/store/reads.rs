@@ -169,9 +169,86 @@ pub(crate) unsafe fn read_replicas(
             false => Vec::new(),
         };
         // SAFETY: as this fn's contract, for the reads listed.
-        populate_behind(&fresh_dst, || unsafe {
+        let elsewhere = populate_behind(&fresh_dst, || unsafe {
             read_disk_replicas(sh, reads, &from_disk, &mut out)
         });
+        if !elsewhere.is_empty() {
+            // SAFETY: as this fn's contract, for the reads listed.
+            unsafe { promote_and_read(sh, reads, &elsewhere, &mut out, fresh) };
+        }
     }
     out
+}
+
+/// How long a read of another host's disk replica waits for its owner to bring it to memory.
+const PROMOTE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads whose disk replicas lie on another host: the master has their owners read them into
+/// memory at once (`Promote`), and each is read from its memory replica as soon as the master
+/// lists one for the same version (polled from 2 to 20 ms apart, for at most
+/// [`PROMOTE_WAIT`]). Those that do not make it stay `OBJECT_NOT_FOUND`.
+///
+/// # Safety
+/// As [`read_replicas`], for the reads listed.
+unsafe fn promote_and_read(
+    sh: &Shared,
+    reads: &[Read<'_>],
+    far: &[usize],
+    out: &mut [Result<(), i32>],
+    fresh: bool,
+) {
+    let promote = |ks: &[&str]| {
+        let asked = sh.conn.call(&super::proto::Request::Promote {
+            client_id: sh.client_id,
+            keys: ks.iter().map(|k| k.to_string()).collect(),
+        });
+        matches!(asked, Ok(super::proto::Reply::Codes { .. }))
+    };
+    let deadline = std::time::Instant::now() + PROMOTE_WAIT;
+    let mut pause = std::time::Duration::from_millis(2);
+    let mut left: Vec<usize> = far.to_vec();
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        let mut ks: Vec<&str> = left.iter().map(|&i| reads[i].key).collect();
+        ks.sort_unstable();
+        ks.dedup();
+        // Asked again each round: a promotion the owner had no room for is retried (one in
+        // progress is not started twice).
+        if !promote(&ks) {
+            return;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(20));
+        let Ok((_, found)) = sh.lookup(&ks) else {
+            break;
+        };
+        let mut ready: Vec<Read<'_>> = Vec::new();
+        let mut which: Vec<usize> = Vec::new();
+        for &i in &left {
+            let r = &reads[i];
+            let Ok(k) = ks.binary_search(&r.key) else {
+                continue;
+            };
+            let g = &found[k];
+            let in_memory = g.replicas.iter().any(|d| !on_disk(&d));
+            if g.code == code::OK && g.version == r.found.version && in_memory {
+                ready.push(Read {
+                    key: r.key,
+                    dst: r.dst,
+                    off: r.off,
+                    len: r.len,
+                    found: g,
+                });
+                which.push(i);
+            }
+        }
+        if !ready.is_empty() {
+            // SAFETY: the same destinations, per this fn's contract; `found` holds them now.
+            let got = unsafe { read_replicas(sh, &ready, fresh) };
+            for (i, r) in which.iter().zip(got) {
+                out[*i] = r;
+            }
+            left.retain(|i| !which.contains(i));
+        }
+        sh.read_done(&found, &ks);
+    }
 }

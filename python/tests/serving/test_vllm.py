@@ -100,13 +100,13 @@ pytestmark = [
 class Driver:
     """One vllm_driver.py process; its JSON lines arrive on a queue."""
 
-    def __init__(self, store, master, metrics_port, role):
+    def __init__(self, store, master, metrics_port, role, extra=()):
         env = dict(os.environ)
         env.pop("PYTHONPATH", None)  # the driver sets its own path (shim first for tidewire)
         self.role = role
         self.proc = subprocess.Popen(
             [SERVING_PYTHON, DRIVER, "--store", store, "--master", master,
-             "--metrics-port", str(metrics_port), role],
+             "--metrics-port", str(metrics_port), *extra, role],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env)
         self.lines, self.err, self.q = [], [], queue.Queue()
@@ -187,14 +187,18 @@ class Driver:
             self.proc.wait(timeout=10)
 
 
-def run_pair(store, master, metrics_port):
-    """Writer, then reader, then the writer's view after the reset. Returns the result."""
+def run_pair(store, master, metrics_port, extra=(), after_written=None):
+    """Writer, then reader, then the writer's view after the reset. Returns the result.
+    ``extra`` goes to both drivers' command lines; ``after_written()`` runs once the writer has
+    saved everything, before the reader starts."""
     writer = reader = None
     try:
-        writer = Driver(store, master, metrics_port, "writer")
+        writer = Driver(store, master, metrics_port, "writer", extra)
         meta = writer.until("meta")
+        if meta is not None and after_written:
+            after_written()
         if meta is not None:
-            reader = Driver(store, master, metrics_port, "reader")
+            reader = Driver(store, master, metrics_port, "reader", extra)
             reader.send(json.dumps({"meta": meta["meta"]}) + "\n")
             reader.until("time")
             reader.finish()

@@ -77,11 +77,16 @@ def prepare_env(tmp, role, args):
             "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "torch_dtype": "bfloat16"}, f)
     # The writer's segment holds every round (3 x 64 MiB); the reader mounts a small one.
     segment = "512mb" if role == "writer" else "32mb"
+    store = {"metadata_server": "P2PHANDSHAKE", "master_server_address": args.master,
+             "protocol": "tcp", "device_name": "", "mode": "embedded",
+             "global_segment_size": segment, "local_buffer_size": "64mb"}
+    if getattr(args, "disk", False):
+        # vLLM's configuration for Mooncake's SSD tier: `standalone-store` (the ranks mount no
+        # segment; an external client owns the memory and the tier) with `enable_offload`.
+        store.update(mode="standalone-store", global_segment_size=0, enable_offload=True)
     config_path = os.path.join(tmp, "mooncake.json")
     with open(config_path, "w") as f:
-        json.dump({"metadata_server": "P2PHANDSHAKE", "master_server_address": args.master,
-                   "protocol": "tcp", "device_name": "", "mode": "embedded",
-                   "global_segment_size": segment, "local_buffer_size": "64mb"}, f)
+        json.dump(store, f)
     os.environ["MOONCAKE_CONFIG_PATH"] = config_path
     os.environ["VLLM_HOST_IP"] = "127.0.0.1"  # the store's local_hostname; no route lookup
     os.environ["VLLM_RPC_BASE_PATH"] = tmp  # each process its own LookupKey IPC socket

@@ -17,6 +17,8 @@ pub enum ReadMiss {
     Gone(String),
     /// It is not the record asked for, or its bytes fail their checksum.
     Corrupt(String),
+    /// Its tier is not readable from this process (another host's).
+    Elsewhere,
 }
 
 /// The name of record file `no` in a tier directory.

@@ -375,6 +375,15 @@ pub enum Request {
         /// Most jobs wanted.
         max: u32,
     },
+    /// A reader that cannot read these keys' disk replicas (another host's tier) asks for
+    /// them in memory now: each disk-only key gets a promotion at once. [`Reply::Codes`]: 0
+    /// promoted or already in memory, `OBJECT_NOT_FOUND`, or `NO_AVAILABLE_HANDLE` (no room).
+    Promote {
+        /// Reader.
+        client_id: u64,
+        /// Keys.
+        keys: Vec<String>,
+    },
 }
 
 /// The master's reply.
@@ -531,6 +540,7 @@ impl Request {
                 check_batch(records.len())?;
                 records.iter().try_for_each(|r| check_key(&r.key))
             }
+            Request::Promote { keys, .. } => check_keys(keys),
             Request::OffloadPoll {
                 name, done, lost, ..
             } => {
@@ -562,6 +572,7 @@ impl Request {
             Request::RemoveAll { .. } => "remove_all",
             Request::MountDisk { .. } => "mount_disk",
             Request::OffloadPoll { .. } => "offload_poll",
+            Request::Promote { .. } => "promote",
         }
     }
 }

@@ -1,0 +1,68 @@
+"""vLLM's own MooncakeStoreConnector worker (vllm 0.33.0, ``MooncakeStoreWorker`` unchanged) on
+tidewire with the Store's disk tier on, configured as vLLM configures Mooncake's SSD tier.
+
+vLLM's embedded mode cannot turn a tier on: ``setup_mooncake_store`` passes only the seven
+positional arguments (and ``tenant_id``), never ``enable_ssd_offload``, and vLLM's
+``enable_offload`` key only changes its log lines. Its configuration for the SSD tier is
+``mode: standalone-store`` (``MooncakeStoreConfig``: "rank contributes 0; an external
+``mooncake_client`` process owns the pool and the SSD tier") with ``enable_offload: true``. The
+existing tests drive only embedded mode, so this one drives vLLM's standalone-store mode, the
+mode its users run the tier with: both ranks mount no segment, and the test starts the external
+owner (disk_owner.py: a tidewire client with a 64 MiB segment and
+``setup(..., enable_ssd_offload=True, ssd_offload_path=<tmp dir>)``, standing in for
+``mooncake_client``).
+
+The same writer / reader pair as test_vllm.py (``vllm_driver.py --disk``): 3 rounds of 4
+requests x 64 blocks saved through the send thread (``batch_put_from_multi_buffers``, 8 pieces of
+32 KiB a key, 64 MiB a round: 192 MiB through 64 MiB of DRAM), lookups, misses, dedup; the
+reader loads every round with every byte of its KV cache compared, a partial miss, the tier log
+(``batch_get_replica_desc``: every key known, memory or disk), and the reset
+(``remove_all(force=True)``) after which nothing is found. Master: ``--enable_offload=true``
+(write-behind). Once the writer has saved, the master must show one tier, objects written and
+none failed or lost, and the tier directory record files (disk_tier_util.check_tier).
+"""
+
+import json
+import os
+
+from disk_tier_util import MiB, OFFLOAD_FLAGS, check_tier
+from serving_util import serving_test_deadline  # noqa: F401 (autouse)
+from store_util import Master
+from test_store_disk import Owner
+from test_vllm import check_shape, pytestmark, run_pair, summary  # noqa: F401 (marks)
+
+OWNER_SEGMENT = 64 * MiB
+
+
+def test_vllm_store_worker_standalone_store_disk_tier(tmp_path, record_property):
+    tier = str((tmp_path / "vllm-ssd").resolve())
+    os.makedirs(tier)
+    m = Master(*OFFLOAD_FLAGS["write-behind"])
+    owner = None
+    seen = {}
+    try:
+        owner = Owner(m, tier, segment=OWNER_SEGMENT)
+        assert owner.ready["ready"], owner.ready
+
+        def after_written():
+            seen.update(check_tier(m, tier, 3 * 64 * MiB))
+
+        result = run_pair("tidewire", m.address, m.metrics_port, extra=["--disk"],
+                          after_written=after_written)
+    finally:
+        if owner:
+            owner.close()
+        m.stop()
+    print(summary(result))
+    print(json.dumps(result["time"]))
+    assert not result["failures"], "\n".join(result["failures"])
+    check_shape(result)
+    assert seen, "the tier was never checked"
+    tier_keys = [x for x in result["reader"] if x.get("step") == "tier_disk"]
+    assert tier_keys, result["reader"]
+    print(f"vllm standalone-store disk tier: 192 MiB over {seen['capacity_bytes'] / MiB:.0f} MiB "
+          f"of DRAM; {seen['offload_written_total']} objects written, "
+          f"{seen['disk_used_bytes'] / MiB:.0f} MiB on disk; round 0 request 1 read with "
+          f"{tier_keys[0]['memory_keys']} memory and {tier_keys[0]['disk_keys']} disk replicas")
+    record_property("time_ms", json.dumps(result["time"]))
+    record_property("tier", json.dumps({**seen, **tier_keys[0]}))
