@@ -298,6 +298,14 @@ def test_unmounting_the_disk_drops_its_replicas_and_files(tier):
         assert [k for k, v in keys.items() if s.get(k) != value(*v)] == []
         assert s.get_offload_rpc_read_count() > 0
         assert glob.glob(os.path.join(tier, "*.twd"))
+        # u0 lives on disk only: its descriptor is Mooncake's local-disk form.
+        (d,) = s.get_replica_desc("u0")
+        assert d.is_local_disk_replica() and not d.is_memory_replica()
+        disk = d.get_disk_descriptor()
+        assert disk.object_size == MiB and os.path.exists(disk.file_path), disk
+        assert os.path.dirname(disk.file_path) == tier
+        newest = s.get_replica_desc("u39")
+        assert any(r.is_memory_replica() for r in newest), newest
         assert s.unmount_local_disk_segment() == 0
         assert glob.glob(os.path.join(tier, "*.twd")) == []
         got = {k: s.get(k) for k in keys}

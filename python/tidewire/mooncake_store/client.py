@@ -33,7 +33,7 @@ from .safetensor_files import SafetensorMixin
 from .tasks import ExtrasMixin
 from .tensor_format import HEADER_LEN, Tensor, _host, _over, _torch, _view, header, parse
 from .values import (
-    BufferHandle, Descriptor, MemoryDescriptor, ReplicaDescriptor, alloc_shared, handle_of,
+    BufferHandle, ReplicaDescriptor, alloc_shared, handle_of,
     shared_region, shared_regions,
 )
 
@@ -765,8 +765,8 @@ class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin
 
     # ---------------------------------------------------------------- replica descriptors
     def batch_get_replica_desc(self, keys: Sequence[Key]) -> Dict[Key, List[ReplicaDescriptor]]:
-        """``{key: [ReplicaDescriptor, ...]}`` for the keys that exist (complete memory
-        replicas; missing keys are left out, as in Mooncake). Nothing stays held: the bytes
+        """``{key: [ReplicaDescriptor, ...]}`` for the keys that exist (complete replicas, in
+        memory or on a disk tier; missing keys are left out, as in Mooncake). Nothing stays held: the bytes
         may move or be freed after the call."""
         key_list = list(keys) if not isinstance(keys, (str, bytes, bytearray)) else keys
         enc = _key_list(key_list)
@@ -779,7 +779,7 @@ class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin
         out: Dict[Key, List[ReplicaDescriptor]] = {}
         for key, reps in zip(key_list, found):
             if reps:
-                out[key] = [ReplicaDescriptor(MemoryDescriptor(Descriptor(*r))) for r in reps]
+                out[key] = [ReplicaDescriptor.of(*r) for r in reps]
         return out
 
     def get_replica_desc(self, key: Key) -> List[ReplicaDescriptor]:

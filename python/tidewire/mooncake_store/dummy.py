@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Set
 from . import wire
 from .arguments import _key_bytes, _key_list, _key_list_of_lists
 from .codes import RPC_FAIL
-from .values import Descriptor, MemoryDescriptor, ReplicaDescriptor, handle_of_bytes, shared_region
+from .values import ReplicaDescriptor, handle_of_bytes, shared_region
 
 _C = TypeVar("_C", bound=type)
 
@@ -258,6 +258,6 @@ def _decode(name: str, r: Any) -> Any:
     if name == "batch_get_buffer":
         return [None if v is None else handle_of_bytes(base64.b64decode(v)) for v in r]
     if name == "batch_get_replica_desc":
-        return {k: [ReplicaDescriptor(MemoryDescriptor(Descriptor(*d))) for d in reps]
+        return {k: [ReplicaDescriptor.of(*d) for d in reps]
                 for k, reps in r.items()}
     return r

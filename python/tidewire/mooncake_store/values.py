@@ -126,44 +126,71 @@ class MemoryDescriptor:
 
 
 class DiskDescriptor:
-    """A disk replica (``file_path``, ``object_size``). tidewire has no disk tier, so no
-    descriptor it returns is one; the class exists for code that names it."""
+    """A disk replica: ``file_path`` (the record file in its tier's directory, on the tier
+    owner's host) and ``object_size``."""
 
     def __init__(self, file_path: str = "", object_size: int = 0) -> None:
         self.file_path = file_path
         self.object_size = object_size
 
+    def __repr__(self) -> str:
+        return f"<DiskDescriptor file_path={self.file_path} object_size={self.object_size}>"
+
+
+#: Segment names of disk tiers start with this (``disk://<id>@<owner><directory>``).
+TIER_PREFIX = "disk://"
+
 
 class ReplicaDescriptor:
-    """One replica of an object (Mooncake's ``ReplicaDescriptor``). tidewire keeps replicas in
-    memory only: ``is_memory_replica()`` is True, the disk forms False, ``status`` COMPLETE."""
+    """One complete replica of an object (Mooncake's ``ReplicaDescriptor``): in a memory
+    segment, or a record of a client's disk tier (Mooncake's LOCAL_DISK, the SSD offload:
+    ``is_local_disk_replica()``, with a :class:`DiskDescriptor`). ``status`` is COMPLETE."""
 
-    def __init__(self, memory: MemoryDescriptor) -> None:
+    def __init__(self, memory: Optional[MemoryDescriptor] = None,
+                 disk: Optional[DiskDescriptor] = None) -> None:
         self._memory = memory
+        self._disk = disk
         self.status = ReplicaStatus.COMPLETE
 
+    @classmethod
+    def of(cls, endpoint: str, address: int, size: int) -> "ReplicaDescriptor":
+        """The descriptor of a replica as the master lists it (a disk tier's address is its
+        record's locator: the file number in the high 32 bits)."""
+        if endpoint.startswith(TIER_PREFIX):
+            rest = endpoint[len(TIER_PREFIX):].split("@", 1)[-1]
+            directory = rest[rest.find("/"):] if "/" in rest else ""
+            path = f"{directory}/{address >> 32:010d}.twd"
+            return cls(disk=DiskDescriptor(path, size))
+        return cls(memory=MemoryDescriptor(Descriptor(endpoint, address, size)))
+
     def is_memory_replica(self) -> bool:
-        """True: every replica here is in memory."""
-        return True
+        """Whether the replica is in a memory segment."""
+        return self._memory is not None
 
     def is_disk_replica(self) -> bool:
-        """False: there is no disk tier."""
+        """False: tidewire has no shared-filesystem (DFS) replicas."""
         return False
 
     def is_local_disk_replica(self) -> bool:
-        """False: there is no disk tier."""
-        return False
+        """Whether the replica is a record of a client's disk tier (SSD offload)."""
+        return self._disk is not None
 
     def get_memory_descriptor(self) -> MemoryDescriptor:
-        """Where the replica's bytes are."""
+        """Where the replica's bytes are; ``RuntimeError`` for a disk replica."""
+        if self._memory is None:
+            raise RuntimeError("not a memory replica")
         return self._memory
 
     def get_disk_descriptor(self) -> DiskDescriptor:
-        """Raises ``RuntimeError``: no replica is on disk."""
-        raise RuntimeError("not a disk replica (tidewire keeps replicas in memory)")
+        """The record's file and size; ``RuntimeError`` for a memory replica."""
+        if self._disk is None:
+            raise RuntimeError("not a disk replica")
+        return self._disk
 
     def __repr__(self) -> str:
-        return f"<ReplicaDescriptor memory {self._memory.buffer_descriptor!r}>"
+        if self._disk is not None:
+            return f"<ReplicaDescriptor local disk {self._disk!r}>"
+        return f"<ReplicaDescriptor memory {self.get_memory_descriptor().buffer_descriptor!r}>"
 
 
 # Memory from MooncakeHostMemAllocator, by region id: (address, size, memfd, mapping). It is
