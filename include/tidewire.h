@@ -1153,6 +1153,84 @@ int32_t tw_store_get_into_multi(const struct tw_store *s,
                                 int64_t *results);
 
 /*
+ Reserves `sizes[i]` bytes for each of `n` keys, as a create-only put with `cfg` (NULL: one
+ replica) would, without writing anything: the keys stay unreadable until
+ `tw_store_put_session_end`. Per key in `results`: 0, `TW_STORE_INVALID_PARAMS` (a session
+ already open for the key, a bad key, a zero size), or the master's code
+ (`TW_STORE_OBJECT_ALREADY_EXISTS`, `TW_STORE_NO_AVAILABLE_HANDLE`, ...). A writer that dies
+ leaves its sessions to the master's discard timeout.
+
+ Returns `TW_STORE_OK` when the batch ran, or a negative code without writing `results` for
+ unusable arguments. Thread-safe.
+
+ # Safety
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes; `sizes` and `results` hold `n` elements; `cfg` is NULL or valid.
+ */
+int32_t tw_store_put_session_start(const struct tw_store *s,
+                                   const char *const *keys_in,
+                                   const size_t *key_lens,
+                                   const uint64_t *sizes,
+                                   size_t n,
+                                   const struct tw_store_replicate_config *cfg,
+                                   int32_t *results);
+
+/*
+ Ranged writes into open put sessions: key `i` owns the next `frag_counts[i]` fragments of
+ the flat arrays (`n_frags` in all), and fragment `j` writes `sizes[j]` bytes from
+ `src_ptrs[j]` at `dst_offsets[j]` of the object, in every replica. Every fragment goes in
+ one transfer batch. Per key in `results`: the bytes written (the sum of its sizes), or
+ `TW_STORE_INVALID_PARAMS` (no open session, a fragment past the object, a NULL or unmapped
+ source) or `TW_STORE_TRANSFER_FAIL`.
+
+ Returns `TW_STORE_OK` when the batch ran, or `TW_STORE_INVALID_PARAMS` without writing
+ `results` for unusable arguments. Thread-safe; no pointer is kept after the call.
+
+ # Safety
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys; `frag_counts` and `results`
+ hold `n` elements, `src_ptrs`, `sizes` and `dst_offsets` `n_frags`; each source is
+ readable for its size and unchanged during the call.
+ */
+int32_t tw_store_put_session_ranges(const struct tw_store *s,
+                                    const char *const *keys_in,
+                                    const size_t *key_lens,
+                                    const size_t *frag_counts,
+                                    size_t n,
+                                    const void *const *src_ptrs,
+                                    const uint64_t *sizes,
+                                    const uint64_t *dst_offsets,
+                                    size_t n_frags,
+                                    int64_t *results);
+
+/*
+ Publishes the put sessions of `n` keys (after the ranged writes running on them end): from
+ now on they are readable. Per key in `results`: 0, `TW_STORE_INVALID_PARAMS` (no open
+ session), or the master's code. Thread-safe.
+
+ # Safety
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys; `results` holds `n` elements.
+ */
+int32_t tw_store_put_session_end(const struct tw_store *s,
+                                 const char *const *keys_in,
+                                 const size_t *key_lens,
+                                 size_t n,
+                                 int32_t *results);
+
+/*
+ Drops the put sessions of `n` keys (their space is freed; an older value of the key is
+ untouched). Per key in `results`: 0, `TW_STORE_INVALID_PARAMS` (no open session), or the
+ master's code. Thread-safe.
+
+ # Safety
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys; `results` holds `n` elements.
+ */
+int32_t tw_store_put_session_revoke(const struct tw_store *s,
+                                    const char *const *keys_in,
+                                    const size_t *key_lens,
+                                    size_t n,
+                                    int32_t *results);
+
+/*
  Starts a get session for each of `n` keys: the replicas are looked up once and this
  client's read holds kept, so `tw_store_get_session_ranges` reads without a master round trip
  and the bytes cannot be freed or replaced until `tw_store_get_session_end`. Per key in

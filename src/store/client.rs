@@ -183,6 +183,7 @@ impl StoreClient {
             neighbours: Default::default(),
             disk_reads: Default::default(),
             disk_off: Default::default(),
+            put_sessions: Default::default(),
         });
         shared.ping()?;
         shared.mount()?;

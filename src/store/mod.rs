@@ -30,6 +30,7 @@ pub mod multi;
 mod offload;
 pub mod proto;
 pub mod put;
+mod put_sessions;
 mod reads;
 pub mod sessions;
 mod shared;

@@ -32,6 +32,38 @@ from test_store_disk import Owner
 from test_vllm import check_shape, pytestmark, run_pair, summary  # noqa: F401 (marks)
 
 OWNER_SEGMENT = 64 * MiB
+RSS_CAP_MIB = 6144  # a driver past this is stopped (its Python stacks dumped first)
+
+
+def rss_guard(stop, seen):
+    """Stops a vllm_driver.py process whose resident memory passes RSS_CAP_MIB, before the
+    kernel's OOM killer picks a process of its own: SIGUSR1 first (the driver dumps every
+    thread's Python stack to its stderr), SIGKILL 3 s later."""
+    import signal
+    import time
+
+    while not stop:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().split(b"\0")
+                if not any(c.endswith(b"vllm_driver.py") for c in cmd):
+                    continue
+                with open(f"/proc/{pid}/status") as f:
+                    kib = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
+            except (OSError, StopIteration):
+                continue
+            if kib >> 10 > RSS_CAP_MIB:
+                seen.append(f"{cmd[-2].decode()} pid {pid} at {kib >> 10} MiB")
+                os.kill(int(pid), signal.SIGUSR1)
+                time.sleep(3)
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+        time.sleep(0.2)
 
 
 def test_vllm_store_worker_standalone_store_disk_tier(tmp_path, record_property):
@@ -40,6 +72,9 @@ def test_vllm_store_worker_standalone_store_disk_tier(tmp_path, record_property)
     m = Master(*OFFLOAD_FLAGS["write-behind"])
     owner = None
     seen = {}
+    import threading
+    stop, too_big = [], []
+    threading.Thread(target=rss_guard, args=(stop, too_big), daemon=True).start()
     try:
         owner = Owner(m, tier, segment=OWNER_SEGMENT)
         assert owner.ready["ready"], owner.ready
@@ -50,10 +85,13 @@ def test_vllm_store_worker_standalone_store_disk_tier(tmp_path, record_property)
         result = run_pair("tidewire", m.address, m.metrics_port, extra=["--disk"],
                           after_written=after_written)
     finally:
+        stop.append(True)
         if owner:
             owner.close()
         m.stop()
     print(summary(result))
+    assert not too_big, f"stopped over {RSS_CAP_MIB} MiB: {too_big}; " + "\n".join(
+        result["failures"])
     print(json.dumps(result["time"]))
     assert not result["failures"], "\n".join(result["failures"])
     check_shape(result)
@@ -63,6 +101,8 @@ def test_vllm_store_worker_standalone_store_disk_tier(tmp_path, record_property)
     print(f"vllm standalone-store disk tier: 192 MiB over {seen['capacity_bytes'] / MiB:.0f} MiB "
           f"of DRAM; {seen['offload_written_total']} objects written, "
           f"{seen['disk_used_bytes'] / MiB:.0f} MiB on disk; round 0 request 1 read with "
-          f"{tier_keys[0]['memory_keys']} memory and {tier_keys[0]['disk_keys']} disk replicas")
+          f"{tier_keys[0]['memory_keys']} memory and {tier_keys[0]['disk_keys']} disk replicas; "
+          f"first replicas per round (memory/disk): "
+          f"{[(r['memory'], r['disk']) for r in tier_keys[0]['per_round']]}")
     record_property("time_ms", json.dumps(result["time"]))
     record_property("tier", json.dumps({**seen, **tier_keys[0]}))

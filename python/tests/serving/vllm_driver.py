@@ -240,7 +240,22 @@ def reader(args, tmp):
             mem = re.search(r"memory_keys=(\d+) disk_keys=(\d+) unknown_keys=0 ", summary)
             expect(mem is not None and int(mem[1]) + int(mem[2]) == FULL_BLOCKS,
                    f"tier summary: {tier.records}")
-            emit(step="tier_disk", memory_keys=int(mem[1]), disk_keys=int(mem[2]))
+            # Where every round's keys are now (the first replica, as vLLM classifies them).
+            per_round = []
+            for rnd in range(ROUNDS):
+                round_keys = [k for q in range(REQUESTS)
+                              for k in e.keys(Prompts.tokens(request_tag(rnd, q)))]
+                descs = e.worker.store.batch_get_replica_desc(round_keys)
+                first = [descs[k][0] if descs.get(k) else None for k in round_keys]
+                per_round.append({
+                    "memory": sum(1 for d in first if d is not None and d.is_memory_replica()),
+                    "disk": sum(1 for d in first if d is not None and not d.is_memory_replica()
+                                and (d.is_disk_replica() or d.is_local_disk_replica())),
+                    "none": sum(1 for d in first if d is None)})
+            emit(step="tier_disk", memory_keys=int(mem[1]), disk_keys=int(mem[2]),
+                 per_round=per_round)
+            expect(all(r["none"] == 0 for r in per_round), f"keys without replicas {per_round}")
+            expect(sum(r["disk"] for r in per_round) > 0, f"no key on disk alone {per_round}")
         else:
             expect(f"memory_keys={FULL_BLOCKS} " in summary and "unknown_keys=0" in summary,
                    f"tier summary: {tier.records}")
@@ -289,6 +304,10 @@ def main():
                    "the test runs a tier owner")
     p.add_argument("role", choices=["writer", "reader"])
     args = p.parse_args()
+    # A test may ask for every thread's Python stack (test_vllm_disk.py's memory guard).
+    import faulthandler
+    import signal
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     # Our JSON lines keep the real stdout; fd 1 becomes stderr for everyone else.
     vllm_parts.OUT = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)

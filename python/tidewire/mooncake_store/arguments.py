@@ -152,3 +152,36 @@ def _c_buffers(ptrs: Sequence[Any], sizes: Sequence[Any]) -> Tuple[Any, Any]:
     addrs: Any = _ints(ptrs, 1 << 64)
     lengths: Any = _ints(sizes, 1 << 63)
     return (c_void_p * n)(*addrs), (c_uint64 * n)(*lengths)
+
+
+def _pack_ranges(n: int, all_ptrs: Any, all_sizes: Any,
+                 all_offsets: Any) -> Optional[Tuple[List[int], Any, Any, Any, Any]]:
+    """Mooncake's per-key lists of ranges, flattened for the C API: ``(good, counts, ptrs,
+    sizes, offsets)`` where ``good`` lists the keys whose three lists have one length and
+    hold valid numbers (the others keep their -600), and key ``good[k]`` owns the next
+    ``counts[k]`` entries of the flat arrays. None when the outer lists are not ``n`` long."""
+    try:
+        ptr_lists, size_lists, off_lists = list(all_ptrs), list(all_sizes), list(all_offsets)
+    except TypeError:
+        return None
+    if not (n == len(ptr_lists) == len(size_lists) == len(off_lists)):
+        return None
+    good: List[int] = []
+    counts = array(_SIZE_CODE)
+    ptrs, sizes, offs = array("Q"), array("Q"), array("Q")
+    for i in range(n):
+        try:
+            ps, ss, os_ = list(ptr_lists[i]), list(size_lists[i]), list(off_lists[i])
+        except TypeError:
+            continue
+        if not len(ps) == len(ss) == len(os_):
+            continue
+        pi, si, oi = _ints(ps, 1 << 64), _ints(ss, 1 << 63), _ints(os_, 1 << 63)
+        if pi is None or si is None or oi is None:
+            continue
+        good.append(i)
+        counts.append(len(pi))
+        ptrs.extend(pi)
+        sizes.extend(si)
+        offs.extend(oi)
+    return good, counts, ptrs, sizes, offs

@@ -21,6 +21,7 @@ from . import setup_args as _setup_args
 from . import wire as _wire
 from .arguments import (
     _BYTES_MAX, _SIZE_CODE, Key, Value, _address, _bytes_address, _c_buffers, _ints, _key_bytes,
+    _pack_ranges,
     _key_list, _key_list_of_lists, _new_bytes, _ptrs_ok, _sizes_ok,
 )
 from .codes import INTERNAL_ERROR, INVALID_PARAMS, OBJECT_NOT_FOUND, RPC_FAIL
@@ -30,6 +31,7 @@ from .dummy import DummyLink, NotShared, _check_keys, _decode, _failed, forwarde
 from .signatures import StoreValue
 from .parallel_client import ParallelTensorMixin
 from .safetensor_files import SafetensorMixin
+from .put_sessions import PutSessionMixin
 from .tasks import ExtrasMixin
 from .tensor_format import HEADER_LEN, Tensor, _host, _over, _torch, _view, header, parse
 from .values import (
@@ -57,7 +59,8 @@ _RUN_BY_DUMMY = frozenset({
 
 @guarded
 @forwarded_in_dummy(_RUN_BY_DUMMY)
-class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin):
+class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin,
+                               PutSessionMixin):
     """A store client: contributes a segment to the pool and reads/writes objects.
 
     Every public method counts itself in the client's call guard while it runs
@@ -730,32 +733,11 @@ class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin
         n = len(enc)
         if self._h is None:
             return [INTERNAL_ERROR] * n
-        try:
-            ptr_lists, size_lists, off_lists = (
-                list(all_buffer_ptrs), list(all_sizes), list(all_src_offsets))
-        except TypeError:
+        packed = _pack_ranges(n, all_buffer_ptrs, all_sizes, all_src_offsets)
+        if packed is None:
             return [INVALID_PARAMS] * n
-        if not (n == len(ptr_lists) == len(size_lists) == len(off_lists)):
-            return [INVALID_PARAMS] * n
+        good, counts, ptrs, sizes, offs = packed
         results = [INVALID_PARAMS] * n
-        good: List[int] = []
-        counts = array(_SIZE_CODE)
-        ptrs, sizes, offs = array("Q"), array("Q"), array("Q")
-        for i in range(n):
-            try:
-                ps, ss, os_ = list(ptr_lists[i]), list(size_lists[i]), list(off_lists[i])
-            except TypeError:
-                continue
-            if not len(ps) == len(ss) == len(os_):
-                continue
-            pi, si, oi = _ints(ps, 1 << 64), _ints(ss, 1 << 63), _ints(os_, 1 << 63)
-            if pi is None or si is None or oi is None:
-                continue
-            good.append(i)
-            counts.append(len(pi))
-            ptrs.extend(pi)
-            sizes.extend(si)
-            offs.extend(oi)
         if not good:
             return results
         res = _core.session_ranges(self._h, [enc[i] for i in good], counts, ptrs, sizes, offs)
@@ -766,8 +748,8 @@ class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin
     # ---------------------------------------------------------------- replica descriptors
     def batch_get_replica_desc(self, keys: Sequence[Key]) -> Dict[Key, List[ReplicaDescriptor]]:
         """``{key: [ReplicaDescriptor, ...]}`` for the keys that exist (complete replicas, in
-        memory or on a disk tier; missing keys are left out, as in Mooncake). Nothing stays held: the bytes
-        may move or be freed after the call."""
+        memory or on a disk tier; missing keys are left out, as in Mooncake). Nothing stays
+        held: the bytes may move or be freed after the call."""
         key_list = list(keys) if not isinstance(keys, (str, bytes, bytearray)) else keys
         enc = _key_list(key_list)
         n = len(enc)

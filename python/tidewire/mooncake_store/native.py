@@ -228,6 +228,40 @@ def session_ranges(h: Handle, enc: Keys, counts: "array[int]", ptrs: "array[int]
     return [from_c(rc)] * m if rc != 0 else results(res)
 
 
+# ------------------------------------------------------------------------------ put sessions
+def put_session_start(h: Handle, enc: Keys, sizes: Sequence[int], cfg: Any) -> List[int]:
+    """``tw_store_put_session_start``: one code per key."""
+    n = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    res, cres = _codes(n)
+    rc = _ffi.lib().tw_store_put_session_start(h, karr, klens, (c_uint64 * n)(*sizes), n,
+                                               byref(cfg), cres)
+    return [from_c(rc)] * n if rc != 0 else results(res)
+
+
+def put_session_ranges(h: Handle, enc: Keys, counts: "array[int]", ptrs: "array[int]",
+                       sizes: "array[int]", offs: "array[int]") -> List[int]:
+    """``tw_store_put_session_ranges``: bytes written or a code, per key."""
+    m = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    res = (c_int64 * m)()
+    rc = _ffi.lib().tw_store_put_session_ranges(
+        h, karr, klens, _pointer(counts, c_size_t), m, _pointer(ptrs, c_void_p),
+        _pointer(sizes, c_uint64), _pointer(offs, c_uint64), len(ptrs), res)
+    return [from_c(rc)] * m if rc != 0 else results(res)
+
+
+def put_session_close(h: Handle, enc: Keys, publish: bool) -> List[int]:
+    """``tw_store_put_session_end`` (``publish``) or ``..._revoke``: one code per key."""
+    n = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    res, cres = _codes(n)
+    lib = _ffi.lib()
+    fn = lib.tw_store_put_session_end if publish else lib.tw_store_put_session_revoke
+    rc = fn(h, karr, klens, n, cres)
+    return [from_c(rc)] * n if rc != 0 else results(res)
+
+
 # ------------------------------------------------------------------------------ replicas
 def get_replicas(h: Handle, enc: Keys) -> Optional[List[List[Tuple[str, int, int]]]]:
     """``tw_store_get_replicas``: per key its replicas as ``(endpoint, address, size)``; None

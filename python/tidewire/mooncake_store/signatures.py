@@ -113,6 +113,17 @@ STORE_SIGNATURES = {
          _p(c_uint64), c_size_t, _p(c_int64)],
         c_int32,
     ),
+    "tw_store_put_session_start": (
+        [c_void_p, _keys, _lens, _p(c_uint64), c_size_t, _p(ReplicateConfigC), _p(c_int32)],
+        c_int32,
+    ),
+    "tw_store_put_session_ranges": (
+        [c_void_p, _keys, _lens, _p(c_size_t), c_size_t, _p(c_void_p), _p(c_uint64),
+         _p(c_uint64), c_size_t, _p(c_int64)],
+        c_int32,
+    ),
+    "tw_store_put_session_end": ([c_void_p, _keys, _lens, c_size_t, _p(c_int32)], c_int32),
+    "tw_store_put_session_revoke": ([c_void_p, _keys, _lens, c_size_t, _p(c_int32)], c_int32),
     "tw_store_get_replicas": (
         [c_void_p, _keys, _lens, c_size_t, _p(ReplicaC), _p(c_int64)], c_int32
     ),

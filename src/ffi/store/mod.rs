@@ -14,6 +14,7 @@
 mod args;
 pub mod codes;
 mod multi;
+mod put_sessions;
 mod sessions;
 mod sized;
 mod split;
