@@ -96,6 +96,10 @@ pub(crate) fn total(pieces: &[Piece]) -> Option<u64> {
     (t > 0).then_some(t)
 }
 
+/// A ranged fragment: `(caller address, length, offset in the object)` (a read's destination,
+/// or a ranged put's source).
+pub type RangeFrag = (u64, u64, u64);
+
 /// One read: `len` bytes at offset `off` of a found object, into caller memory `dst` (one
 /// range, or pieces filled in order).
 pub(crate) struct Read<'a> {

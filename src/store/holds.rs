@@ -1,6 +1,7 @@
 //! What this client holds at the master while it reads: the read hold a Get grants
 //! ([`ReadHold`]), the open get sessions that keep holds across many reads ([`Sessions`]), and
-//! whether those holds stayed alive through a read.
+//! whether those holds stayed alive through a read; and, on the write side, the open put
+//! sessions whose buffers the master reserved for it ([`PutSessions`], see `put_sessions.rs`).
 //!
 //! The master keeps a read's buffers from reuse for the lease after the Get, and beyond it (up to
 //! its `hold_ms`) while this client's heartbeats keep arriving, each within
@@ -116,4 +117,23 @@ mod tests {
         h.answered(Instant::now());
         assert!(h.covered(t1, 0, 60_000));
     }
+}
+
+/// One key's open put session.
+#[derive(Debug)]
+pub(crate) struct PutSession {
+    pub(crate) version: u64,
+    pub(crate) size: u64,
+    pub(crate) replicas: Vec<super::proto::ReplicaDesc>,
+    /// Ranged writes may still start (`false` once `end` or `revoke` began).
+    pub(crate) writable: bool,
+    /// Ranged writes running now (`end` and `revoke` wait for them).
+    pub(crate) writing: u32,
+}
+
+/// Every open put session of a client, and the wake-up of those waiting for writes to end.
+#[derive(Debug, Default)]
+pub(crate) struct PutSessions {
+    pub(crate) open: Mutex<HashMap<String, PutSession>>,
+    pub(crate) idle: std::sync::Condvar,
 }

@@ -6,34 +6,15 @@
 //! the master's discard rules (`--put_start_discard_timeout_sec`).
 
 use super::batch::BatchEnd;
+use super::caller_memory::RangeFrag;
+use super::holds::PutSession;
 use super::mem::{Copy, copy_placed};
 use super::proto::{KeyVersion, PutItem, ReplicaDesc, Reply, Request, WriteConfig, code};
-use super::sessions::RangeFrag;
 use super::shared::StoreClient;
 use crate::engine::Request as Xfer;
 use crate::sync::{LockClean, Recover};
 use crate::transport::Opcode;
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex};
-
-/// One key's open put session.
-#[derive(Debug)]
-pub(crate) struct PutSession {
-    version: u64,
-    size: u64,
-    replicas: Vec<ReplicaDesc>,
-    /// Ranged writes may still start (`false` once `end` or `revoke` began).
-    writable: bool,
-    /// Ranged writes running now (`end` and `revoke` wait for them).
-    writing: u32,
-}
-
-/// Every open put session of a client, and the wake-up of those waiting for writes to end.
-#[derive(Debug, Default)]
-pub(crate) struct PutSessions {
-    open: Mutex<HashMap<String, PutSession>>,
-    idle: Condvar,
-}
 
 impl StoreClient {
     /// Reserves `sizes[i]` bytes for `keys[i]` (a PutStart with `cfg`, create-only as `put`):

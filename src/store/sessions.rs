@@ -21,8 +21,7 @@ use std::sync::Arc;
 /// `NO_AVAILABLE_HANDLE` for the keys that do not fit.
 pub const MAX_SESSION_KEYS: usize = 1 << 20;
 
-/// A ranged read fragment: `(destination address, length, offset in the object)`.
-pub type RangeFrag = (u64, u64, u64);
+pub use super::caller_memory::RangeFrag;
 
 /// The `(index, key)` of each usable key.
 fn valid_keys<'a>(keys: &[&'a str]) -> Vec<(usize, &'a str)> {

@@ -45,7 +45,7 @@ pub(crate) struct Shared {
     /// Objects read from disk tiers.
     pub(crate) disk_reads: AtomicU64,
     /// Open put sessions (see `put_sessions.rs`).
-    pub(crate) put_sessions: super::put_sessions::PutSessions,
+    pub(crate) put_sessions: super::holds::PutSessions,
     /// The disk tier was unmounted (`unmount_local_disk_segment`): no more polls or mounts.
     pub(crate) disk_off: AtomicBool,
 }
