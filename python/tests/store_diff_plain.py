@@ -53,6 +53,7 @@ def main(target):
         res["restart.end"] = s.batch_put_session_end(["s2"])
         res["empty_session"] = (s.get("s2").hex(), s.batch_put_session_revoke(["s3"]))
         res["disk.count"] = s.get_offload_rpc_read_count()
+        res["init_all.again"] = s.init_all("tcp", "", 16 << 20)
     finally:
         s.close()
         m.stop()

@@ -44,7 +44,6 @@ EXPECTED_MISSING = {
     "MooncakeDistributedStore.batch_replica_clear",
     "MooncakeDistributedStore.create_copy_task",
     "MooncakeDistributedStore.create_move_task",
-    "MooncakeDistributedStore.init_all",
     "MooncakeDistributedStore.mount_segment",
     "MooncakeDistributedStore.query_task",
     "MooncakeDistributedStore.unmount_and_free_segment",

@@ -31,6 +31,7 @@ from .dummy import DummyLink, NotShared, _check_keys, _decode, _failed, forwarde
 from .signatures import StoreValue
 from .parallel_client import ParallelTensorMixin
 from .safetensor_files import SafetensorMixin
+from .init_all import InitAllMixin
 from .put_sessions import PutSessionMixin
 from .tasks import ExtrasMixin
 from .tensor_format import HEADER_LEN, Tensor, _host, _over, _torch, _view, header, parse
@@ -60,7 +61,7 @@ _RUN_BY_DUMMY = frozenset({
 @guarded
 @forwarded_in_dummy(_RUN_BY_DUMMY)
 class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin,
-                               PutSessionMixin):
+                               PutSessionMixin, InitAllMixin):
     """A store client: contributes a segment to the pool and reads/writes objects.
 
     Every public method counts itself in the client's call guard while it runs
