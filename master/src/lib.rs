@@ -633,6 +633,15 @@ impl Master {
         self.objs.list_keys(max_items, max_bytes)
     }
 
+    /// Every complete object's key, each followed by `\n`, handed to `out` one shard's keys at
+    /// a time with no lock held (see [`objects::Objects::each_key_chunk`]).
+    pub fn each_key_chunk(
+        &self,
+        out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        self.objs.each_key_chunk(out)
+    }
+
     /// One key's complete value: size, replicas, lease, pins.
     pub fn query_key(&self, key: &str) -> Result<objects::KeyInfo, i32> {
         self.objs.peek(key, &self.segs)
