@@ -3,12 +3,14 @@
 //! against a tidewire master in the same state (one segment, keys `k1` and `k2`; an HA
 //! leader; an HA standby), and the status, content type and JSON keys must be Mooncake's
 //! (error bodies exactly), except the differences listed in [`differs`], each for a reason
-//! given there.
+//! given there. Also: every Mooncake metric family tidewire has a meaning for is exported under
+//! Mooncake's name, and the rest are the ones docs/master.md lists.
 
 mod common;
 use common::http_client::{Resp, request_with};
 
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use tidewire::store::proto::{KeyVersion, PutItem, Reply, Request, WriteConfig};
@@ -20,6 +22,8 @@ const FIXTURE: &str = include_str!("fixtures/mooncake_admin/mooncake_admin.json"
 /// The recorded client's segment name stands for `{segment}`.
 const SEG: &str = "127.0.0.1:13800";
 const LEADER: &str = "127.0.0.1:50051";
+const METRIC_NAMES: &str = include_str!("fixtures/mooncake_admin/mooncake_metric_names.txt");
+const DOCS: &str = include_str!("../../docs/master.md");
 
 fn put(m: &Master, key: &str, size: u64) {
     let r = m.handle(Request::PutStart {
@@ -228,4 +232,70 @@ fn every_recorded_answer_of_mooncakes_master_is_matched() {
         check(addr, e, &mut step);
     }
     assert_eq!(step, fixture.len());
+}
+/// Mooncake's metric families tidewire does not export: each is listed in docs/master.md.
+fn not_exported() -> Vec<&'static str> {
+    let section = DOCS
+        .split("<!-- mooncake-metrics-without-meaning -->")
+        .nth(1)
+        .expect("the docs' list of Mooncake metrics without a meaning");
+    section
+        .lines()
+        .take_while(|l| !l.starts_with("<!-- end -->"))
+        .filter_map(|l| l.strip_prefix("| `"))
+        .map(|l| l.split('`').next().unwrap())
+        .collect()
+}
+
+#[test]
+fn mooncake_metric_families_are_exported_or_listed_as_without_meaning() {
+    let m = master();
+    // Some traffic, so the labelled and histogram families have samples.
+    let _ = m.handle(Request::Get {
+        client_id: 1,
+        keys: vec!["k1".into(), "nope".into()],
+    });
+    let (_s, addr) = serve(&m, Arc::new(HaStatus::standalone()));
+    let text = request_with(addr, "GET", "/metrics", None).text();
+    let exported: BTreeSet<(String, String)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let mut p = l.split(' ');
+            (p.next().unwrap().to_string(), p.next().unwrap().to_string())
+        })
+        .collect();
+    let names: BTreeSet<&str> = exported.iter().map(|(n, _)| n.as_str()).collect();
+    let missing = not_exported();
+    let mut mooncake = 0;
+    for l in METRIC_NAMES.lines() {
+        let (name, kind) = l.split_once(' ').unwrap();
+        mooncake += 1;
+        if missing.contains(&name) {
+            assert!(
+                !names.contains(name),
+                "{name} is exported and listed as without meaning"
+            );
+        } else {
+            assert!(
+                exported.contains(&(name.to_string(), kind.to_string())),
+                "Mooncake's {name} ({kind}) is neither exported nor listed in docs/master.md"
+            );
+            // Each family has a sample line.
+            assert!(
+                text.lines()
+                    .any(|s| !s.starts_with('#') && s.starts_with(name)),
+                "{name} has no sample"
+            );
+        }
+    }
+    assert_eq!(mooncake, 136);
+    for n in &missing {
+        assert!(
+            METRIC_NAMES.lines().any(|l| l.split(' ').next() == Some(n)),
+            "docs list {n}, which Mooncake does not export"
+        );
+    }
+    // tidewire's own families stay.
+    assert!(names.contains("tidewire_master_objects"), "{text}");
 }
