@@ -53,6 +53,30 @@ impl HttpRequest {
     }
 }
 
+/// Writes a body piece by piece: called once with a sink that sends each piece it is given.
+pub type BodyWriter =
+    dyn Fn(&mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> + Send + Sync;
+
+/// A body streamed after the head (`Transfer-Encoding: chunked`), for replies too large to
+/// build whole; the writer takes what it needs from master state piece by piece, holding no
+/// lock while a piece is written.
+#[derive(Clone)]
+pub struct Streamed(pub Arc<BodyWriter>);
+
+impl std::fmt::Debug for Streamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Streamed(..)")
+    }
+}
+
+impl PartialEq for Streamed {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Streamed {}
+
 /// A reply: status, content type, extra headers, body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpResponse {
@@ -64,6 +88,8 @@ pub struct HttpResponse {
     pub headers: Vec<(&'static str, String)>,
     /// Body.
     pub body: Vec<u8>,
+    /// A body written after the head instead of `body`, chunked.
+    pub stream: Option<Streamed>,
 }
 
 impl HttpResponse {
@@ -74,7 +100,22 @@ impl HttpResponse {
             content_type,
             headers: Vec::new(),
             body: body.into(),
+            stream: None,
         }
+    }
+
+    /// A reply whose body `write` streams (chunked) after the head.
+    pub fn streamed(
+        status: u16,
+        content_type: &'static str,
+        write: impl Fn(&mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        let mut r = HttpResponse::new(status, content_type, Vec::new());
+        r.stream = Some(Streamed(Arc::new(write)));
+        r
     }
 
     /// Adds a header.
@@ -267,12 +308,15 @@ fn reason(status: u16) -> &'static str {
 }
 
 pub(crate) fn respond(s: &mut impl Write, r: HttpResponse) -> std::io::Result<()> {
+    let length = match r.stream {
+        Some(_) => "Transfer-Encoding: chunked".to_string(),
+        None => format!("Content-Length: {}", r.body.len()),
+    };
     let mut head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\n{length}\r\nConnection: close\r\n",
         r.status,
         reason(r.status),
         r.content_type,
-        r.body.len()
     );
     for (k, v) in &r.headers {
         head.push_str(k);
@@ -282,7 +326,22 @@ pub(crate) fn respond(s: &mut impl Write, r: HttpResponse) -> std::io::Result<()
     }
     head.push_str("\r\n");
     s.write_all(head.as_bytes())?;
-    s.write_all(&r.body)?;
+    match r.stream {
+        None => s.write_all(&r.body)?,
+        Some(Streamed(write)) => {
+            // Each piece one chunk; a failure midway leaves the body without its last chunk,
+            // so the peer sees it incomplete.
+            write(&mut |piece: &[u8]| {
+                if piece.is_empty() {
+                    return Ok(());
+                }
+                s.write_all(format!("{:x}\r\n", piece.len()).as_bytes())?;
+                s.write_all(piece)?;
+                s.write_all(b"\r\n")
+            })?;
+            s.write_all(b"0\r\n\r\n")?;
+        }
+    }
     s.flush()
 }
 

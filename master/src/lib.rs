@@ -174,6 +174,7 @@ impl Master {
         }
         let t0 = Instant::now();
         let name = req.name();
+        let shape = metrics::Shape::of(&req);
         let mutating = !matches!(
             req,
             Request::Get { .. }
@@ -192,6 +193,7 @@ impl Master {
             }
         }
         self.metrics.record(name, t0.elapsed());
+        self.metrics.observe(&shape, reply.as_ref());
         reply
     }
 
@@ -204,7 +206,10 @@ impl Master {
         let t0 = Instant::now();
         let codes = self.objs.exist(keys, &self.cfg);
         self.metrics.record("exist", t0.elapsed());
-        Reply::Codes { codes }
+        let reply = Reply::Codes { codes };
+        self.metrics
+            .observe(&metrics::Shape::exist(keys.len()), Some(&reply));
+        reply
     }
 
     /// The answer to a request that failed its checks (`checked`) or came to a standby; `None`
@@ -420,6 +425,7 @@ impl Master {
                 let (freed, queued) =
                     self.objs
                         .evict(target, &self.segs, &self.cfg, &self.offloads);
+                self.count_eviction(freed);
                 if freed == 0 {
                     // Room comes when the disk tier's owners report their writes.
                     let busy = queued > 0 || self.offloads.queued() > 0 || self.offloading();
@@ -435,6 +441,13 @@ impl Master {
             }
             other => other,
         }
+    }
+
+    /// Counts an eviction pass that freed `freed` bytes (Mooncake's eviction families).
+    fn count_eviction(&self, freed: u64) {
+        let m = &self.metrics.mooncake;
+        m.eviction_attempts.fetch_add(1, Ordering::Relaxed);
+        m.evicted_bytes.fetch_add(freed, Ordering::Relaxed);
     }
 
     fn unmount(&self, ids: &HashSet<u32>) {
@@ -493,6 +506,7 @@ impl Master {
                 0 => (0, 0),
                 t => self.objs.evict(t, &self.segs, &self.cfg, &self.offloads),
             };
+            self.count_eviction(freed);
             if freed + queued > 0 {
                 self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
                 self.stuck_at.store(u64::MAX, Ordering::Relaxed);
@@ -609,6 +623,22 @@ impl Master {
         if self.cfg.tier.enabled {
             text.push_str(&self.offloads.render(self.segs.disk_usage()));
         }
+        // Mooncake's families, for its dashboards (docs/master.md lists those without one).
+        let memory: Vec<(String, u64, u64)> = self
+            .segs
+            .details()
+            .into_iter()
+            .filter(|s| !s.disk)
+            .map(|s| (s.name, s.used, s.capacity))
+            .collect();
+        let (_, disk_used, disk_cap) = self.segs.disk_usage();
+        text.push_str(&self.metrics.render_mooncake(
+            self.objs.count(),
+            clients,
+            &memory,
+            (disk_used, disk_cap),
+            self.offloads.promoted.load(Ordering::Relaxed),
+        ));
         text
     }
 }
@@ -635,6 +665,15 @@ impl Master {
     /// Keys of complete objects: at most `max_items` keys and `max_bytes` key bytes.
     pub fn list_keys(&self, max_items: usize, max_bytes: usize) -> objects::KeyList {
         self.objs.list_keys(max_items, max_bytes)
+    }
+
+    /// Every complete object's key, each followed by `\n`, handed to `out` one shard's keys at
+    /// a time with no lock held (see [`objects::Objects::each_key_chunk`]).
+    pub fn each_key_chunk(
+        &self,
+        out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        self.objs.each_key_chunk(out)
     }
 
     /// One key's complete value: size, replicas, lease, pins.

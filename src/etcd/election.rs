@@ -89,6 +89,9 @@ pub struct Status {
     pub generation: u64,
     /// The last etcd failure, cleared by the next success.
     pub last_error: Option<String>,
+    /// The leader's view version (the etcd revision that created the leader key) as this
+    /// contender knows it: its own while leading, the other's while following.
+    pub leader_view: Option<i64>,
 }
 
 struct State {
@@ -144,9 +147,19 @@ impl Shared {
     }
 
     fn set_role(&self, role: Role) {
+        let view = match role {
+            Role::Leader { view_version } => Some(view_version),
+            _ => None,
+        };
+        self.set_role_view(role, view);
+    }
+
+    /// Sets the role and the leader's view version (see [`Status::leader_view`]).
+    fn set_role_view(&self, role: Role, view: Option<i64>) {
         let mut s = self.lock();
-        if s.status.role != role {
+        if s.status.role != role || s.status.leader_view != view {
             s.status.role = role;
+            s.status.leader_view = view;
             s.status.since = Instant::now();
             s.status.generation += 1;
             self.changed.notify_all();
@@ -299,9 +312,10 @@ impl Shared {
                     revision = revision.max(ev.kv.mod_revision);
                     match ev.kind {
                         EventKind::Delete => return Ok(()),
-                        EventKind::Put => self.set_role(Role::Follower(
-                            String::from_utf8_lossy(&ev.kv.value).into_owned(),
-                        )),
+                        EventKind::Put => self.set_role_view(
+                            Role::Follower(String::from_utf8_lossy(&ev.kv.value).into_owned()),
+                            Some(ev.kv.create_revision),
+                        ),
                     }
                 }
             }
@@ -309,9 +323,10 @@ impl Shared {
             match kv {
                 None => return Ok(()),
                 Some(kv) => {
-                    self.set_role(Role::Follower(
-                        String::from_utf8_lossy(&kv.value).into_owned(),
-                    ));
+                    self.set_role_view(
+                        Role::Follower(String::from_utf8_lossy(&kv.value).into_owned()),
+                        Some(kv.create_revision),
+                    );
                     revision = rev;
                 }
             }
@@ -351,9 +366,10 @@ impl Shared {
                 Ok(Campaign::Retry) => {}
                 Ok(Campaign::Lost { leader, revision }) => {
                     self.clear_error();
-                    self.set_role(Role::Follower(
-                        String::from_utf8_lossy(&leader.value).into_owned(),
-                    ));
+                    self.set_role_view(
+                        Role::Follower(String::from_utf8_lossy(&leader.value).into_owned()),
+                        Some(leader.create_revision),
+                    );
                     if let Err(e) = self.follow(revision) {
                         self.note_error(&e);
                         if self.pause(self.ttl() / 5) {
@@ -407,6 +423,7 @@ impl Election {
                     since: Instant::now(),
                     generation: 0,
                     last_error: None,
+                    leader_view: None,
                 },
                 lease: 0,
                 leading_until: None,

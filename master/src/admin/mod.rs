@@ -23,8 +23,9 @@ mod replies;
 pub use ha::{HaStatus, HaView, RuntimeState};
 use replies::*;
 
-use super::Master;
 use super::http::{HttpLimits, HttpRequest, HttpResponse, HttpServer};
+use super::{Master, objects};
+use tidewire::store::disk::TierName;
 use tidewire::store::proto::{MAX_KEY_LEN, code};
 
 use std::collections::BTreeMap;
@@ -52,21 +53,58 @@ const TEXT_UTF8: &str = "text/plain; charset=utf-8";
 pub(super) const JSON: &str = "application/json; charset=utf-8";
 /// Mooncake's UNAVAILABLE_IN_CURRENT_MODE.
 pub(super) const UNAVAILABLE_IN_CURRENT_MODE: i32 = -1011;
+/// Mooncake's JOB_NOT_FOUND.
+pub(super) const JOB_NOT_FOUND: i32 = -1402;
+/// Mooncake's SegmentStatus::OK and GRACEFULLY_UNMOUNTING.
+const SEGMENT_OK: i32 = 1;
+const SEGMENT_GRACEFULLY_UNMOUNTING: i32 = 4;
+/// Largest tenant quota Mooncake accepts (2^63 - 1).
+const MAX_TENANT_QUOTA: u64 = i64::MAX as u64;
 
-/// Every route served.
-pub const ROUTES: [&str; 12] = [
-    "/metrics",
-    "/metrics/summary",
-    "/health",
-    "/get_all_keys",
-    "/get_all_segments",
-    "/get_segments_detail",
-    "/query_key",
-    "/batch_query_keys",
-    "/query_segment",
-    "/ha_status",
-    "/leader",
-    "/role",
+/// Whether a segment name is a disk tier's.
+fn is_disk(name: &str) -> bool {
+    name.starts_with(tidewire::store::disk::TIER_PREFIX)
+}
+
+/// A standby's (or a recovering leader's) answer to service routes, as Mooncake's.
+fn not_active() -> HttpResponse {
+    error(
+        503,
+        UNAVAILABLE_IN_CURRENT_MODE,
+        "service plane is not active",
+    )
+}
+
+/// Mooncake's job id: `<u64>-<u64>` (its `StringToUuid`).
+fn job_id(raw: &[u8]) -> Option<(u64, u64)> {
+    let s = std::str::from_utf8(raw).ok()?;
+    let (a, b) = s.split_once('-')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// Every route served, with its method (Mooncake's master serves each path for one method,
+/// `/api/v1/tenant_quotas` for three).
+pub const ROUTES: [(&str, &str); 20] = [
+    ("GET", "/metrics"),
+    ("GET", "/metrics/summary"),
+    ("GET", "/health"),
+    ("GET", "/get_all_keys"),
+    ("GET", "/get_all_segments"),
+    ("GET", "/get_segments_detail"),
+    ("GET", "/query_key"),
+    ("GET", "/batch_query_keys"),
+    ("GET", "/query_segment"),
+    ("GET", "/ha_status"),
+    ("GET", "/leader"),
+    ("GET", "/role"),
+    ("POST", "/api/v1/drain_jobs"),
+    ("GET", "/api/v1/drain_jobs/query"),
+    ("POST", "/api/v1/drain_jobs/cancel"),
+    ("GET", "/api/v1/segments/status"),
+    ("GET", "/api/v1/tenant_quotas"),
+    ("PUT", "/api/v1/tenant_quotas"),
+    ("DELETE", "/api/v1/tenant_quotas"),
+    ("POST", "/api/v1/remove_all"),
 ];
 
 /// Caps on listings.
@@ -92,13 +130,13 @@ pub struct Admin {
     master: Arc<Master>,
     ha: Arc<HaStatus>,
     opts: AdminOptions,
-    lists: AtomicUsize,
+    lists: Arc<AtomicUsize>,
 }
 
-/// A listing in progress (counted against [`MAX_LISTS_AT_ONCE`]).
-struct ListSlot<'a>(&'a AtomicUsize);
+/// A listing in progress (counted against [`MAX_LISTS_AT_ONCE`]), until its reply is written.
+struct ListSlot(Arc<AtomicUsize>);
 
-impl Drop for ListSlot<'_> {
+impl Drop for ListSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
@@ -111,7 +149,7 @@ impl Admin {
             master,
             ha,
             opts,
-            lists: AtomicUsize::new(0),
+            lists: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -130,12 +168,17 @@ impl Admin {
 
     /// Answers one request.
     pub fn handle(&self, r: &HttpRequest) -> HttpResponse {
-        if !ROUTES.contains(&r.path.as_str()) {
+        let methods: Vec<&str> = ROUTES
+            .iter()
+            .filter(|(_, p)| *p == r.path)
+            .map(|(m, _)| *m)
+            .collect();
+        if methods.is_empty() {
             return HttpResponse::new(404, "text/plain", "not found");
         }
-        if r.method != "GET" {
+        if !methods.contains(&r.method.as_str()) {
             return HttpResponse::new(405, "text/plain", "method not allowed")
-                .header("Allow", "GET");
+                .header("Allow", methods.join(", "));
         }
         if r.raw_query.len() > MAX_QUERY {
             return error(
@@ -147,13 +190,13 @@ impl Admin {
                 ),
             );
         }
-        match r.path.as_str() {
-            "/metrics" => HttpResponse::new(200, TEXT_METRICS, self.master.metrics_text()),
-            "/metrics/summary" => HttpResponse::new(200, TEXT_METRICS, self.summary()),
-            "/health" => self.health(),
-            "/role" => HttpResponse::new(200, TEXT_UTF8, self.ha.view().state.role()),
-            "/ha_status" => HttpResponse::new(200, TEXT_UTF8, self.ha.view().state.as_str()),
-            "/leader" => {
+        match (r.method.as_str(), r.path.as_str()) {
+            (_, "/metrics") => HttpResponse::new(200, TEXT_METRICS, self.master.metrics_text()),
+            (_, "/metrics/summary") => HttpResponse::new(200, TEXT_METRICS, self.summary()),
+            (_, "/health") => self.health(),
+            (_, "/role") => HttpResponse::new(200, TEXT_UTF8, self.ha.view().state.role()),
+            (_, "/ha_status") => HttpResponse::new(200, TEXT_UTF8, self.ha.view().state.as_str()),
+            (_, "/leader") => {
                 let v = self.ha.view();
                 json(
                     200,
@@ -164,16 +207,20 @@ impl Admin {
                     },
                 )
             }
-            _ if !self.master.serving() => error(
-                503,
-                UNAVAILABLE_IN_CURRENT_MODE,
-                "service plane is not active",
-            ),
-            "/query_key" => self.query_key(r),
-            "/batch_query_keys" => self.batch_query_keys(r),
-            "/query_segment" => self.query_segment(r),
-            path => {
-                let Some(_slot) = self.list_slot() else {
+            // Mooncake checks these parameters before the service plane.
+            (_, "/api/v1/drain_jobs") => self.create_drain_job(r),
+            (_, "/api/v1/drain_jobs/query") | (_, "/api/v1/drain_jobs/cancel") => self.drain_job(r),
+            (_, "/api/v1/segments/status") => self.segment_status(r),
+            ("PUT", "/api/v1/tenant_quotas") => self.put_tenant_quota(r),
+            ("DELETE", "/api/v1/tenant_quotas") => self.delete_tenant_quota(r),
+            _ if !self.master.serving() => not_active(),
+            (_, "/api/v1/tenant_quotas") => self.get_tenant_quotas(r),
+            (_, "/api/v1/remove_all") => self.remove_all(r),
+            (_, "/query_key") => self.query_key(r),
+            (_, "/batch_query_keys") => self.batch_query_keys(r),
+            (_, "/query_segment") => self.query_segment(r),
+            (_, path) => {
+                let Some(slot) = self.list_slot() else {
                     return HttpResponse::new(
                         503,
                         "text/plain",
@@ -182,7 +229,7 @@ impl Admin {
                     .header("Retry-After", "1");
                 };
                 match path {
-                    "/get_all_keys" => self.all_keys(),
+                    "/get_all_keys" => self.all_keys(slot),
                     "/get_all_segments" => self.all_segments(),
                     _ => self.segments_detail(),
                 }
@@ -190,12 +237,12 @@ impl Admin {
         }
     }
 
-    fn list_slot(&self) -> Option<ListSlot<'_>> {
+    fn list_slot(&self) -> Option<ListSlot> {
         if self.lists.fetch_add(1, Ordering::AcqRel) >= MAX_LISTS_AT_ONCE {
             self.lists.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        Some(ListSlot(&self.lists))
+        Some(ListSlot(self.lists.clone()))
     }
 
     fn summary(&self) -> String {
@@ -261,7 +308,13 @@ impl Admin {
                 200,
                 &QueryKeyReply {
                     success: true,
-                    data: info.replicas.iter().map(Descriptor::from).collect(),
+                    // Mooncake lists memory replicas only.
+                    data: info
+                        .replicas
+                        .iter()
+                        .filter(|r| !is_disk(&r.endpoint))
+                        .map(Descriptor::from)
+                        .collect(),
                     size: info.size,
                     lease_remaining_ms: info.lease_left.map_or(0, |d| d.as_millis() as u64),
                     hard_pinned: info.hard_pin,
@@ -297,22 +350,12 @@ impl Admin {
         for p in parts {
             let item = match std::str::from_utf8(p) {
                 Ok(k) if !k.is_empty() => match self.master.query_key(k) {
-                    Ok(info) => BatchItem {
-                        ok: true,
-                        error: None,
-                        values: Some(info.replicas.iter().map(Descriptor::from).collect()),
-                    },
-                    Err(c) => BatchItem {
-                        ok: false,
-                        error: Some(code_name(c)),
-                        values: None,
-                    },
+                    Ok(info) => self.batch_item(&info),
+                    Err(c) => BatchItem::failed(code_name(c)),
                 },
-                _ => BatchItem {
-                    ok: false,
-                    error: Some(code_name(code::INVALID_PARAMS)),
-                    values: None,
-                },
+                // No stored key is empty (Mooncake: not found).
+                Ok(_) => BatchItem::failed(code_name(code::OBJECT_NOT_FOUND)),
+                Err(_) => BatchItem::failed(code_name(code::INVALID_PARAMS)),
             };
             data.insert(String::from_utf8_lossy(p).into_owned(), item);
         }
@@ -323,6 +366,35 @@ impl Admin {
                 data,
             },
         )
+    }
+
+    /// One found key in Mooncake's shape: memory replicas in `values`, disk-tier replicas
+    /// (written by their owner to its local disk) in `local_disk_values`; tidewire has no
+    /// shared-file (`disk_values`) or NVMe-oF (`nof_values`) replicas.
+    fn batch_item(&self, info: &objects::KeyInfo) -> BatchItem {
+        let mut values = Vec::new();
+        let mut local = Vec::new();
+        for r in &info.replicas {
+            match TierName::parse(&r.endpoint) {
+                None => values.push(Descriptor::from(r)),
+                Some(t) => local.push(LocalDiskReplica {
+                    client_id: self
+                        .master
+                        .segment_detail(&r.endpoint)
+                        .map_or_else(String::new, |s| format!("0-{}", s.client_id)),
+                    object_size: r.len,
+                    transport_endpoint: t.owner,
+                }),
+            }
+        }
+        BatchItem {
+            ok: true,
+            error: None,
+            values: Some(values),
+            disk_values: None,
+            local_disk_values: (!local.is_empty()).then_some(local),
+            nof_values: None,
+        }
     }
 
     fn query_segment(&self, r: &HttpRequest) -> HttpResponse {
@@ -341,24 +413,19 @@ impl Admin {
                     s.used, s.capacity
                 ),
             ),
-            None => HttpResponse::new(404, TEXT_METRICS, "Failed to query segment"),
+            // Mooncake's answer to an unknown segment.
+            None => HttpResponse::new(500, TEXT_METRICS, "Failed to query segment"),
         }
     }
 
-    fn all_keys(&self) -> HttpResponse {
-        let l = self
-            .master
-            .list_keys(self.opts.max_list_items, self.opts.max_list_bytes);
-        let mut body = Vec::with_capacity(l.keys.iter().map(|k| k.len() + 1).sum());
-        for k in &l.keys {
-            body.extend_from_slice(k.as_bytes());
-            body.push(b'\n');
-        }
-        list_headers(
-            HttpResponse::new(200, TEXT_METRICS, body),
-            l.total,
-            l.keys.len(),
-        )
+    /// Every key, one per line, as Mooncake lists them (no cap): streamed one object shard at
+    /// a time, so neither the whole listing nor any lock is held while the peer reads.
+    fn all_keys(&self, slot: ListSlot) -> HttpResponse {
+        let master = self.master.clone();
+        HttpResponse::streamed(200, TEXT_METRICS, move |out| {
+            let _slot = &slot;
+            master.each_key_chunk(out)
+        })
     }
 
     fn all_segments(&self) -> HttpResponse {
@@ -433,6 +500,167 @@ impl Admin {
         }
         body.extend_from_slice(format!("],\"truncated\":{truncated}}}").as_bytes());
         list_headers(HttpResponse::new(200, JSON, body), segs.len(), items.len())
+    }
+
+    /// POST `/api/v1/drain_jobs`: Mooncake's body checks, then its segment checks; tidewire
+    /// runs no drain jobs, so a valid request gets Mooncake's "not in this mode" (409, -1011).
+    fn create_drain_job(&self, r: &HttpRequest) -> HttpResponse {
+        let req: DrainJobRequest = match serde_json::from_slice(&r.body) {
+            Ok(v) => v,
+            Err(e) => {
+                return error(
+                    400,
+                    code::INVALID_PARAMS,
+                    &format!("Invalid JSON body: {e}"),
+                );
+            }
+        };
+        if !self.master.serving() {
+            return not_active();
+        }
+        if req.segments.is_empty() {
+            return error(400, code::INVALID_PARAMS, code_name(code::INVALID_PARAMS));
+        }
+        for name in req.segments.iter().chain(&req.target_segments) {
+            if self.master.segment_detail(name).is_none() {
+                return error(
+                    404,
+                    code::SEGMENT_NOT_FOUND,
+                    code_name(code::SEGMENT_NOT_FOUND),
+                );
+            }
+        }
+        unavailable()
+    }
+
+    /// GET `/api/v1/drain_jobs/query`, POST `/api/v1/drain_jobs/cancel`: no job ever exists.
+    fn drain_job(&self, r: &HttpRequest) -> HttpResponse {
+        if job_id(&r.param("job_id").unwrap_or_default()).is_none() {
+            return error(400, code::INVALID_PARAMS, "Missing or invalid job_id");
+        }
+        if !self.master.serving() {
+            return not_active();
+        }
+        error(404, JOB_NOT_FOUND, code_name(JOB_NOT_FOUND))
+    }
+
+    /// GET `/api/v1/segments/status?segment=S`: Mooncake's segment lifecycle state. A mounted
+    /// segment is `OK`; one whose owner missed its heartbeats (readable, no new placements,
+    /// dropped when `--client_grace_sec` runs out) is `GRACEFULLY_UNMOUNTING`.
+    fn segment_status(&self, r: &HttpRequest) -> HttpResponse {
+        let raw = r.param("segment").unwrap_or_default();
+        if raw.is_empty() {
+            return error(400, code::INVALID_PARAMS, "Missing segment query parameter");
+        }
+        if !self.master.serving() {
+            return not_active();
+        }
+        let name = String::from_utf8_lossy(&raw).into_owned();
+        let Some(seg) = self.master.segment_detail(&name) else {
+            return error(
+                404,
+                code::SEGMENT_NOT_FOUND,
+                code_name(code::SEGMENT_NOT_FOUND),
+            );
+        };
+        let (status, status_name) = if seg.suspended {
+            (SEGMENT_GRACEFULLY_UNMOUNTING, "GRACEFULLY_UNMOUNTING")
+        } else {
+            (SEGMENT_OK, "OK")
+        };
+        json(
+            200,
+            &SegmentStatusReply {
+                success: true,
+                segment: name,
+                status,
+                status_name,
+                error_code: 0,
+                error_message: "",
+            },
+        )
+    }
+
+    /// GET `/api/v1/tenant_quotas`: tidewire has no tenants, as Mooncake without
+    /// `--enable_multi_tenants` (409, -1011).
+    fn get_tenant_quotas(&self, _r: &HttpRequest) -> HttpResponse {
+        unavailable()
+    }
+
+    /// PUT `/api/v1/tenant_quotas?tenant_id=T` `{"requested_quota_bytes":N}`: Mooncake's checks,
+    /// then no tenants (409, -1011).
+    fn put_tenant_quota(&self, r: &HttpRequest) -> HttpResponse {
+        if r.param("tenant_id").unwrap_or_default().is_empty() {
+            return error(400, code::INVALID_PARAMS, "Missing or invalid tenant_id");
+        }
+        let req: TenantQuotaRequest = match serde_json::from_slice(&r.body) {
+            Ok(v) => v,
+            Err(e) => {
+                return error(
+                    400,
+                    code::INVALID_PARAMS,
+                    &format!("Invalid JSON body: {e}"),
+                );
+            }
+        };
+        if req.requested_quota_bytes == 0 || req.requested_quota_bytes > MAX_TENANT_QUOTA {
+            return error(
+                400,
+                code::INVALID_PARAMS,
+                "Tenant quota must be in [1, 2^63 - 1] bytes",
+            );
+        }
+        if !self.master.serving() {
+            return not_active();
+        }
+        unavailable()
+    }
+
+    /// DELETE `/api/v1/tenant_quotas?tenant_id=T`: no tenants (409, -1011).
+    fn delete_tenant_quota(&self, r: &HttpRequest) -> HttpResponse {
+        if r.param("tenant_id").unwrap_or_default().is_empty() {
+            return error(400, code::INVALID_PARAMS, "Missing or invalid tenant_id");
+        }
+        if !self.master.serving() {
+            return not_active();
+        }
+        unavailable()
+    }
+
+    /// POST `/api/v1/remove_all[?force=true|1][&tenant_id=T]`: removes every object (leased
+    /// ones only with `force`), as the Store's `remove_all`; `{"success":true,
+    /// "removed_count":N}`. Every tidewire object is the `default` tenant's, so another
+    /// `tenant_id` removes nothing.
+    fn remove_all(&self, r: &HttpRequest) -> HttpResponse {
+        let force = matches!(r.param("force").as_deref(), Some(b"true") | Some(b"1"));
+        let tenant = r.param("tenant_id").unwrap_or_default();
+        let removed = if tenant.is_empty() || tenant == b"default" {
+            match self
+                .master
+                .handle(tidewire::store::proto::Request::RemoveAll { force, from: None })
+            {
+                Some(tidewire::store::proto::Reply::Count { count }) => count,
+                Some(tidewire::store::proto::Reply::Error { code: c, message }) => {
+                    return error(500, c, &message);
+                }
+                other => {
+                    return error(
+                        500,
+                        code::INTERNAL_ERROR,
+                        &format!("unexpected reply {other:?}"),
+                    );
+                }
+            }
+        } else {
+            0
+        };
+        json(
+            200,
+            &RemoveAllReply {
+                success: true,
+                removed_count: removed,
+            },
+        )
     }
 }
 

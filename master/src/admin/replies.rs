@@ -2,11 +2,11 @@
 //! responses.
 
 use super::super::http::HttpResponse;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use tidewire::store::proto::{ReplicaDesc, code};
 
-use super::{JSON, UNAVAILABLE_IN_CURRENT_MODE};
+use super::{JOB_NOT_FOUND, JSON, UNAVAILABLE_IN_CURRENT_MODE};
 
 /// Mooncake's `AllocatedBuffer::Descriptor` in JSON.
 #[derive(Serialize)]
@@ -57,13 +57,38 @@ pub(super) struct QueryKeyReply {
     pub(super) soft_pinned: bool,
 }
 
+/// Mooncake's `HttpLocalDiskReplicaInfo`: a replica on its owner's local disk.
+#[derive(Serialize)]
+pub(super) struct LocalDiskReplica {
+    pub(super) client_id: String,
+    pub(super) object_size: u64,
+    pub(super) transport_endpoint: String,
+}
+
+/// Mooncake's `HttpBatchQueryKeyResult`: every field always present (`null` when unset).
 #[derive(Serialize)]
 pub(super) struct BatchItem {
     pub(super) ok: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) error: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) values: Option<Vec<Descriptor>>,
+    /// Shared-file replicas: tidewire has none.
+    pub(super) disk_values: Option<Vec<()>>,
+    pub(super) local_disk_values: Option<Vec<LocalDiskReplica>>,
+    /// NVMe-oF replicas: tidewire has none.
+    pub(super) nof_values: Option<Vec<()>>,
+}
+
+impl BatchItem {
+    pub(super) fn failed(error: &'static str) -> BatchItem {
+        BatchItem {
+            ok: false,
+            error: Some(error),
+            values: None,
+            disk_values: None,
+            local_disk_values: None,
+            nof_values: None,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -78,19 +103,52 @@ pub(super) struct HealthReply<'a> {
     pub(super) role: &'a str,
     pub(super) ha_state: &'a str,
     pub(super) service_ready: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) leader_address: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) view_version: Option<u64>,
 }
 
 #[derive(Serialize)]
 pub(super) struct LeaderReply {
     pub(super) present: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) leader_address: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) view_version: Option<u64>,
+}
+
+/// Mooncake's `CreateDrainJobRequest` (missing fields take its defaults).
+#[derive(Deserialize)]
+pub(super) struct DrainJobRequest {
+    #[serde(default)]
+    pub(super) segments: Vec<String>,
+    #[serde(default)]
+    pub(super) target_segments: Vec<String>,
+    #[serde(default)]
+    #[allow(dead_code)] // read for its type only: no drain runs
+    pub(super) max_concurrency: u32,
+}
+
+/// Mooncake's `HttpTenantQuotaPolicyRequest`.
+#[derive(Deserialize)]
+pub(super) struct TenantQuotaRequest {
+    #[serde(default)]
+    pub(super) requested_quota_bytes: u64,
+}
+
+/// Mooncake's `HttpSegmentStatusResponse`.
+#[derive(Serialize)]
+pub(super) struct SegmentStatusReply {
+    pub(super) success: bool,
+    pub(super) segment: String,
+    pub(super) status: i32,
+    pub(super) status_name: &'static str,
+    pub(super) error_code: i32,
+    pub(super) error_message: &'static str,
+}
+
+/// Mooncake's `HttpRemoveAllResponse`.
+#[derive(Serialize)]
+pub(super) struct RemoveAllReply {
+    pub(super) success: bool,
+    pub(super) removed_count: i64,
 }
 
 #[derive(Serialize)]
@@ -117,6 +175,7 @@ pub(super) fn code_name(c: i32) -> &'static str {
         code::INVALID_PARAMS => "INVALID_PARAMS",
         code::SEGMENT_NOT_FOUND => "SEGMENT_NOT_FOUND",
         UNAVAILABLE_IN_CURRENT_MODE => "UNAVAILABLE_IN_CURRENT_MODE",
+        JOB_NOT_FOUND => "JOB_NOT_FOUND",
         _ => "INTERNAL_ERROR",
     }
 }
@@ -136,6 +195,16 @@ pub(super) fn error(status: u16, c: i32, message: &str) -> HttpResponse {
             error_code: c,
             error_message: message,
         },
+    )
+}
+
+/// Mooncake's answer to a feature off in this mode (tenants without
+/// `--enable_multi_tenants`): 409, -1011, the code's name as the message.
+pub(super) fn unavailable() -> HttpResponse {
+    error(
+        409,
+        UNAVAILABLE_IN_CURRENT_MODE,
+        code_name(UNAVAILABLE_IN_CURRENT_MODE),
     )
 }
 

@@ -58,6 +58,33 @@ impl Objects {
         out
     }
 
+    /// Read-only admin listing of every complete object's key, each followed by `\n`, handed
+    /// to `out` one shard at a time: each shard is locked once, for the copy of its keys, and
+    /// released before `out` runs (so a slow reader holds no lock). Keys written or removed
+    /// while the listing runs may or may not be listed; each key is listed at most once.
+    pub fn each_key_chunk(
+        &self,
+        out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let mut buf = Vec::new();
+        for i in 0..self.shards.len() {
+            buf.clear();
+            {
+                let sh = self.shard(i);
+                for (_, k, o) in sh.table.iter() {
+                    if o.complete.is_some() {
+                        buf.extend_from_slice(k.as_bytes());
+                        buf.push(b'\n');
+                    }
+                }
+            }
+            if !buf.is_empty() {
+                out(&buf)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Read-only admin query of one key: its complete value's size and replicas, lease and pins.
     /// Grants no lease and adds no read hold (unlike Get). `OBJECT_NOT_FOUND`, or
     /// `REPLICA_IS_NOT_READY` while only a write is in flight.

@@ -56,18 +56,54 @@ pub fn parse(raw: &[u8]) -> Resp {
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
+    let headers: HashMap<String, String> = headers;
+    let mut body = raw[end + 4..].to_vec();
+    if headers.get("transfer-encoding").map(String::as_str) == Some("chunked") {
+        body = dechunk(&body);
+    }
     Resp {
         status,
         headers,
-        body: raw[end + 4..].to_vec(),
+        body,
+    }
+}
+
+/// A chunked body's bytes; panics unless it ends with its last (empty) chunk.
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let eol = b
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("a chunk size");
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap();
+        b = &b[eol + 2..];
+        if n == 0 {
+            assert_eq!(b, b"\r\n", "the body ends after its last chunk");
+            return out;
+        }
+        out.extend_from_slice(&b[..n]);
+        assert_eq!(&b[n..n + 2], b"\r\n");
+        b = &b[n + 2..];
     }
 }
 
 /// Sends `method target` on a new connection and reads the whole reply (its length checked).
 pub fn request(addr: SocketAddr, method: &str, target: &str) -> Resp {
+    request_with(addr, method, target, None)
+}
+
+/// Sends `method target` with `body` (when given) and reads the whole reply.
+pub fn request_with(addr: SocketAddr, method: &str, target: &str, body: Option<&[u8]>) -> Resp {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(s, "{method} {target} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: x\r\n").into_bytes();
+    if let Some(b) = body {
+        req.extend_from_slice(format!("Content-Length: {}\r\n", b.len()).as_bytes());
+    }
+    req.extend_from_slice(b"\r\n");
+    req.extend_from_slice(body.unwrap_or_default());
+    s.write_all(&req).unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
     let r = parse(&raw);

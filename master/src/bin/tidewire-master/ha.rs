@@ -114,7 +114,9 @@ pub fn run(master: Arc<Master>, ha: &HaFlags, advertised: &str, status: &HaStatu
                 master.set_standby(Some(format!(
                     "tidewire-master: {STANDBY_MARK}; the leader is {l}"
                 )));
-                status.set(RuntimeState::Standby, Some(l), None);
+                // The leader's view version, as Mooncake's standby reports it.
+                let view = st.leader_view.and_then(|v| u64::try_from(v).ok());
+                status.set(RuntimeState::Standby, Some(l), view);
             }
             _ => {
                 master.set_standby(Some(format!(
