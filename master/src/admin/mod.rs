@@ -18,6 +18,7 @@
 //!   changes nothing (no lease, no read hold); the reply is built before a byte is written.
 
 mod ha;
+mod kv;
 mod replies;
 
 pub use ha::{HaStatus, HaView, RuntimeState};
@@ -54,7 +55,7 @@ pub(super) const JSON: &str = "application/json; charset=utf-8";
 pub(super) const UNAVAILABLE_IN_CURRENT_MODE: i32 = -1011;
 
 /// Every route served.
-pub const ROUTES: [&str; 12] = [
+pub const ROUTES: [&str; 15] = [
     "/metrics",
     "/metrics/summary",
     "/health",
@@ -67,6 +68,9 @@ pub const ROUTES: [&str; 12] = [
     "/ha_status",
     "/leader",
     "/role",
+    "/kv_events/status",
+    "/kv_events/snapshot",
+    "/kv_events/replay",
 ];
 
 /// Caps on listings.
@@ -152,6 +156,8 @@ impl Admin {
             "/metrics/summary" => HttpResponse::new(200, TEXT_METRICS, self.summary()),
             "/health" => self.health(),
             "/role" => HttpResponse::new(200, TEXT_UTF8, self.ha.view().state.role()),
+            "/kv_events/status" => self.kv_status(),
+            "/kv_events/replay" => self.kv_replay(r),
             "/ha_status" => HttpResponse::new(200, TEXT_UTF8, self.ha.view().state.as_str()),
             "/leader" => {
                 let v = self.ha.view();
@@ -183,6 +189,7 @@ impl Admin {
                 };
                 match path {
                     "/get_all_keys" => self.all_keys(),
+                    "/kv_events/snapshot" => self.kv_snapshot(r),
                     "/get_all_segments" => self.all_segments(),
                     _ => self.segments_detail(),
                 }
