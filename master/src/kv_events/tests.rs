@@ -27,7 +27,7 @@ fn drain(ev: &KvEvents, n: &mut Numbering) -> Vec<(u64, usize)> {
         sent.push((seq, v.as_array().unwrap()[1].as_array().unwrap().len()));
         true
     };
-    while publish_once(ev, n, &mut batch, &mut send) {}
+    while publish_once(ev, n, &mut batch, &mut send) > 0 {}
     sent
 }
 
