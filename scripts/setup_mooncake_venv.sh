@@ -7,7 +7,8 @@
 # links against libibverbs.so.1 even for TCP), creates a venv at
 # ${MOONCAKE_VENV:-.venv-mooncake} (relative to the repo root unless absolute),
 # installs ${MOONCAKE_WHEEL_SPEC:-mooncake-transfer-engine-non-cuda==0.3.13.post1}
-# plus pytest and numpy (one test passes numpy arrays), checks that `from mooncake.engine import TransferEngine` works,
+# plus pytest and numpy (one test passes numpy arrays) and pyzmq and msgpack (the KV-event
+# subscriber of test_master_kv_events.py), checks that `from mooncake.engine import TransferEngine` works,
 # and prints the venv's python path as the last stdout line.
 #
 # Environment: MOONCAKE_VENV, MOONCAKE_WHEEL_SPEC, PYTHON (default python3).
@@ -57,11 +58,11 @@ VPY="$VENV/bin/python"
 check_import() {
     "$VPY" -c 'from mooncake.engine import TransferEngine' >/dev/null 2>&1
 }
-if check_import && "$VPY" -m pip install --dry-run --no-deps --no-index -q "$SPEC" pytest numpy >/dev/null 2>&1; then
+if check_import && "$VPY" -m pip install --dry-run --no-deps --no-index -q "$SPEC" pytest numpy pyzmq msgpack >/dev/null 2>&1; then
     log "mooncake ($SPEC) and pytest already installed"
 else
-    log "pip installing $SPEC pytest numpy"
-    "$VPY" -m pip install -q --disable-pip-version-check "$SPEC" pytest numpy >&2 \
+    log "pip installing $SPEC pytest numpy pyzmq msgpack"
+    "$VPY" -m pip install -q --disable-pip-version-check "$SPEC" pytest numpy pyzmq msgpack >&2 \
         || die "pip install '$SPEC' pytest failed"
 fi
 check_import || {

@@ -9,6 +9,7 @@ pub mod durable;
 pub mod fuzzing;
 pub mod http;
 pub mod journal_record;
+pub mod kv_events;
 pub mod metrics;
 pub mod objects;
 mod os_memory;
@@ -144,6 +145,22 @@ impl Master {
     /// The configuration.
     pub fn config(&self) -> &MasterConfig {
         &self.cfg
+    }
+
+    /// Publishes KV events to `kv` from now on (set once, before requests are served).
+    pub fn enable_kv_events(&self, kv: std::sync::Arc<kv_events::KvEvents>) {
+        let _ = self.objs.kv.set(kv);
+    }
+
+    /// The KV-event publisher, when enabled.
+    pub fn kv_events(&self) -> Option<&std::sync::Arc<kv_events::KvEvents>> {
+        self.objs.kv.get()
+    }
+
+    /// KV events' inventory: one page of readable keys, from shard `from` (see
+    /// [`objects::Objects::inventory`]).
+    pub fn kv_inventory(&self, from: usize, max_keys: usize) -> objects::Inventory {
+        self.objs.inventory(from, max_keys)
     }
 
     /// HA: refuse every request with `why` (`Some`), or serve (`None`).
@@ -364,7 +381,17 @@ impl Master {
                     message: format!("bad regex: {e}"),
                 },
             },
-            Request::RemoveAll { force, from } => self.remove_walk(|_| true, force, from),
+            Request::RemoveAll { force, from } => {
+                let reply = self.remove_walk(|_| true, force, from);
+                let ended = matches!(
+                    reply,
+                    Reply::Removed { next: None, .. } | Reply::Count { .. }
+                );
+                if ended {
+                    self.objs.cleared_if_empty();
+                }
+                reply
+            }
             Request::MountDisk {
                 client_id,
                 name,
@@ -639,6 +666,9 @@ impl Master {
             (disk_used, disk_cap),
             self.offloads.promoted.load(Ordering::Relaxed),
         ));
+        if let Some(kv) = self.kv_events() {
+            text.push_str(&kv.render());
+        }
         text
     }
 }

@@ -59,7 +59,7 @@ fn a_refused_mooncake_flag_exits_2_saying_why() {
         ),
         (
             &["-enable_kv_events=1"][..],
-            "tidewire-master: --enable_kv_events: not yet supported: ",
+            "tidewire-master: --enable_kv_events needs --kv_events_backend_id",
         ),
         (
             &["--snapshot_interval_seconds=600"][..],
@@ -76,6 +76,19 @@ fn a_refused_mooncake_flag_exits_2_saying_why() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.starts_with(says), "{args:?}: {err}");
     }
+    // KV events whose socket cannot be bound: the start fails, naming the flag.
+    let out = run(&[
+        "--enable_kv_events",
+        "--kv_events_backend_id=b",
+        "--kv_events_bind_endpoint=bogus://x",
+        "--rpc_port=0",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--kv_events_bind_endpoint=bogus://x: cannot bind"),
+        "{err}"
+    );
     // Several refused flags: each named on its own line.
     let out = run(&["--enable_snapshot", "--rpc_port=0", "--config_path=m.json"]);
     assert_eq!(out.status.code(), Some(2));

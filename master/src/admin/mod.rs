@@ -18,6 +18,7 @@
 //!   changes nothing (no lease, no read hold); the reply is built before a byte is written.
 
 mod ha;
+mod kv;
 mod replies;
 
 pub use ha::{HaStatus, HaView, RuntimeState};
@@ -84,7 +85,7 @@ fn job_id(raw: &[u8]) -> Option<(u64, u64)> {
 
 /// Every route served, with its method (Mooncake's master serves each path for one method,
 /// `/api/v1/tenant_quotas` for three).
-pub const ROUTES: [(&str, &str); 20] = [
+pub const ROUTES: [(&str, &str); 23] = [
     ("GET", "/metrics"),
     ("GET", "/metrics/summary"),
     ("GET", "/health"),
@@ -105,6 +106,9 @@ pub const ROUTES: [(&str, &str); 20] = [
     ("PUT", "/api/v1/tenant_quotas"),
     ("DELETE", "/api/v1/tenant_quotas"),
     ("POST", "/api/v1/remove_all"),
+    ("GET", "/kv_events/status"),
+    ("GET", "/kv_events/snapshot"),
+    ("GET", "/kv_events/replay"),
 ];
 
 /// Caps on listings.
@@ -195,6 +199,8 @@ impl Admin {
             (_, "/metrics/summary") => HttpResponse::new(200, TEXT_METRICS, self.summary()),
             (_, "/health") => self.health(),
             (_, "/role") => HttpResponse::new(200, TEXT_UTF8, self.ha.view().state.role()),
+            (_, "/kv_events/status") => self.kv_status(),
+            (_, "/kv_events/replay") => self.kv_replay(r),
             (_, "/ha_status") => HttpResponse::new(200, TEXT_UTF8, self.ha.view().state.as_str()),
             (_, "/leader") => {
                 let v = self.ha.view();
@@ -230,6 +236,7 @@ impl Admin {
                 };
                 match path {
                     "/get_all_keys" => self.all_keys(slot),
+                    "/kv_events/snapshot" => self.kv_snapshot(r),
                     "/get_all_segments" => self.all_segments(),
                     _ => self.segments_detail(),
                 }

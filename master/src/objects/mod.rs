@@ -19,15 +19,17 @@
 
 use super::MasterConfig;
 use super::journal_record::Record;
+use super::kv_events::{Event, KvEvents, Medium};
 use super::segments::{Placed, Replica, Segments};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tidewire::store::proto::{GetResult, KeyVersion, PutItem, StartResult, WriteConfig, code};
 use tidewire::sync::LockClean;
 
+mod events;
 mod holds;
 mod journal;
 mod replicas;
@@ -38,6 +40,7 @@ mod view;
 mod walk;
 mod write;
 
+pub use events::Inventory;
 use holds::{Holds, Retired, Writer};
 use replicas::Replicas;
 use table::Table;
@@ -140,6 +143,9 @@ pub struct Objects {
     next_version: AtomicU64,
     /// Set on a master that journals its objects (HA with durability).
     pub sink: OnceLock<Sink>,
+    /// Set on a master that publishes KV events: every change of which keys are readable is
+    /// pushed there while the key's shard is locked (so each key's events keep its order).
+    pub kv: OnceLock<Arc<KvEvents>>,
     /// Objects removed since memory was last given back to the OS.
     removed: AtomicU64,
     /// The shard the sweep's object walks start at (where the last sweep ran out of budget).
@@ -165,6 +171,7 @@ impl Default for Objects {
             epoch: Instant::now(),
             next_version: AtomicU64::new(1),
             sink: OnceLock::new(),
+            kv: OnceLock::new(),
             removed: AtomicU64::new(0),
             sweep_from: AtomicUsize::new(0),
             sweep_records: AtomicUsize::new(upkeep::SWEEP_RECORDS),
@@ -275,6 +282,16 @@ fn writer_done(
     }
 }
 
+impl Version {
+    /// Where its value is, as KV events name it: memory when any replica is in memory.
+    fn medium(&self) -> Medium {
+        match self.replicas.as_slice().iter().all(|r| r.on_disk()) {
+            true => Medium::Disk,
+            false => Medium::Cpu,
+        }
+    }
+}
+
 impl Shard {
     /// The sweep must look at this shard's objects at `at` (or earlier, if already due then).
     fn watch(&mut self, at: Tick) {
@@ -325,14 +342,15 @@ impl Shard {
     }
 
     /// Removes the object in `slot` whatever its state (the caller checked leases); `removed`
-    /// sees its key. See [`drop_complete`] for `later`. Returns whether `slot` held an object.
+    /// sees its key, and the medium of its readable value if it had one. See [`drop_complete`]
+    /// for `later`. Returns whether `slot` held an object.
     fn remove_slot(
         &mut self,
         slot: u32,
         segs: &Segments,
         cfg: &MasterConfig,
         later: Option<&mut Vec<(Replica, u64)>>,
-        removed: impl FnOnce(&str),
+        removed: impl FnOnce(&str, Option<Medium>),
     ) -> bool {
         let retired = &mut self.retired;
         self.table
@@ -340,10 +358,11 @@ impl Shard {
                 if let Some(p) = o.pending.take() {
                     drop_pending(retired, key, *p, cfg);
                 }
+                let medium = o.complete.as_ref().map(Version::medium);
                 if let Some(c) = o.complete.take() {
                     drop_complete(retired, segs, c, later);
                 }
-                removed(key);
+                removed(key, medium);
             })
             .is_some()
     }
@@ -396,6 +415,26 @@ impl Objects {
     fn emit<'a>(&self, record: impl FnOnce() -> Record<'a>) {
         if let Some(sink) = self.sink.get() {
             sink(record().encode());
+        }
+    }
+
+    /// KV events: `key` became readable, in `medium`.
+    fn kv_stored(&self, key: &str, medium: Medium) {
+        if let Some(kv) = self.kv.get() {
+            kv.push(Event::Stored {
+                key: key.into(),
+                medium,
+            });
+        }
+    }
+
+    /// KV events: `key` is no longer readable (when it was: `medium` is `Some`).
+    fn kv_removed(&self, key: &str, medium: Option<Medium>) {
+        if let (Some(kv), Some(medium)) = (self.kv.get(), medium) {
+            kv.push(Event::Removed {
+                key: key.into(),
+                medium,
+            });
         }
     }
 
@@ -525,8 +564,9 @@ impl Objects {
         if let Err(c) = sh.removable(slot, force, now) {
             return c;
         }
-        sh.remove_slot(slot, segs, cfg, None, |key| {
+        sh.remove_slot(slot, segs, cfg, None, |key, medium| {
             self.emit(|| Record::del(key));
+            self.kv_removed(key, medium);
         });
         self.removed.fetch_add(1, Ordering::Relaxed);
         code::OK

@@ -295,6 +295,7 @@ impl Objects {
                             holds: Holds::default(),
                         });
                         segs.disk_added(id, rec.size);
+                        self.kv_stored(&rec.key, Medium::Disk);
                         code::OK
                     }
                 }
@@ -333,7 +334,7 @@ impl Objects {
                 .map(|(s, _, _)| s)
                 .collect();
             for s in slots {
-                let Some(o) = sh.table.get_mut(s) else {
+                let Some((key, o)) = sh.table.entry_mut(s) else {
                     continue;
                 };
                 let Some(c) = o.complete.as_mut() else {
@@ -344,6 +345,7 @@ impl Objects {
                     Some(kept) => c.replicas = kept,
                     None => {
                         // Nothing left to read: the object goes (its holds read nothing more).
+                        self.kv_removed(key, Some(c.medium()));
                         o.complete = None;
                         if o.pending.is_none() {
                             sh.table.remove(s);

@@ -54,13 +54,16 @@ impl Objects {
             let sh = &mut *sh;
             let slots: Vec<u32> = sh.table.iter().map(|(s, _, _)| s).collect();
             for s in slots {
-                let Some(o) = sh.table.get_mut(s) else {
+                let Some((key, o)) = sh.table.entry_mut(s) else {
                     continue;
                 };
                 if let Some(mut c) = o.complete.take() {
-                    if let Some(r) = c.replicas.kept(keep) {
-                        c.replicas = r;
-                        o.complete = Some(c);
+                    match c.replicas.kept(keep) {
+                        Some(r) => {
+                            c.replicas = r;
+                            o.complete = Some(c);
+                        }
+                        None => self.kv_removed(key, Some(c.medium())),
                     }
                 }
                 if let Some(mut p) = o.pending.take() {
@@ -239,8 +242,9 @@ impl Objects {
                     offloads.overflow.fetch_add(1, Relaxed);
                 }
                 Some(TierChoice::Remove) => {
-                    let removed = sh.remove_slot(c.slot, segs, cfg, None, |key| {
+                    let removed = sh.remove_slot(c.slot, segs, cfg, None, |key, medium| {
                         self.emit(|| Record::del(key));
+                        self.kv_removed(key, medium);
                     });
                     if removed {
                         self.removed.fetch_add(1, Relaxed);

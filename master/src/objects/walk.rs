@@ -82,8 +82,9 @@ impl Objects {
                     if !wanted || sh.removable(s, force, now).is_err() {
                         continue;
                     }
-                    let gone = sh.remove_slot(s, segs, cfg, Some(&mut frees), |key| {
+                    let gone = sh.remove_slot(s, segs, cfg, Some(&mut frees), |key, medium| {
                         self.emit(|| Record::del(key));
+                        self.kv_removed(key, medium);
                     });
                     removed += i64::from(gone);
                 }

@@ -49,8 +49,10 @@ impl Objects {
                     });
                 if in_place {
                     let mut v = o.complete.take().unwrap_or_else(|| unreachable!());
-                    // Its bytes are about to be overwritten: no longer durable until PutEnd.
+                    // Its bytes are about to be overwritten: no longer durable until PutEnd,
+                    // and no longer readable.
                     self.emit(|| Record::del(key));
+                    self.kv_removed(key, Some(v.medium()));
                     v.id = self.version_id();
                     let result = StartResult {
                         code: code::OK,
@@ -154,6 +156,7 @@ impl Objects {
             let named = segs.named(p.v.replicas.as_slice());
             Record::put(&kv.key, p.v.size, named, hard_pin)
         });
+        self.kv_stored(&kv.key, p.v.medium());
         if let Some(old) = o.complete.replace(p.v) {
             drop_complete(&mut sh.retired, segs, old, None);
         }

@@ -29,6 +29,11 @@ fn run(f: flags::Flags) -> Result<(), String> {
         eprintln!("tidewire-master: {note}");
     }
     let master = Arc::new(Master::new(f.master.clone()));
+    if let Some(kv) = &f.kv_events {
+        let ev = tidewire_master::kv_events::KvEvents::new(kv.clone());
+        ev.start()?;
+        master.enable_kv_events(ev);
+    }
     if f.ha.is_some() {
         master.set_standby(Some(format!(
             "tidewire-master: {}; no leader elected yet",

@@ -8,6 +8,7 @@ mod table;
 use std::time::Duration;
 use table::FLAGS;
 use tidewire_master::MasterConfig;
+use tidewire_master::kv_events::KvConfig;
 
 /// Every setting the binary uses.
 #[derive(Debug, Clone)]
@@ -23,6 +24,8 @@ pub struct Flags {
     pub http_metadata_server_port: u16,
     pub master: MasterConfig,
     pub ha: Option<HaFlags>,
+    /// KV events (`--enable_kv_events` and `--kv_events_*`); `None`: off.
+    pub kv_events: Option<KvConfig>,
     /// How long an idle RPC connection is kept (`--rpc_conn_timeout_seconds`); `None`: the
     /// server's default.
     pub idle_timeout: Option<Duration>,
@@ -67,6 +70,10 @@ pub struct Parsed {
     pub ha: HaFlags,
     /// `--rpc_interface`: its IPv4 address replaces `--rpc_address` once every flag is read.
     pub rpc_interface: Option<String>,
+    /// `--enable_kv_events`: `kv` becomes `flags.kv_events` once every flag is read.
+    pub enable_kv_events: bool,
+    /// The KV-event settings, kept whether or not they are on.
+    pub kv: KvConfig,
 }
 
 /// One flag: one row of [`FLAGS`].
@@ -266,6 +273,7 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
             http_metadata_server_port: 0,
             master: MasterConfig::default(),
             ha: None,
+            kv_events: None,
             idle_timeout: None,
             notes: Vec::new(),
         },
@@ -277,6 +285,8 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
             cluster_id: String::new(),
         },
         rpc_interface: None,
+        enable_kv_events: false,
+        kv: KvConfig::default(),
     };
     // Every refused flag given, reported together.
     let mut refusals = Vec::new();
@@ -341,6 +351,20 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
             return Err("--enable_ha needs --etcd_endpoints or --ha_backend_connstring".into());
         }
         p.flags.ha = Some(p.ha);
+    }
+    if p.enable_kv_events {
+        if p.kv.bind_endpoint.trim().is_empty() {
+            return Err("--enable_kv_events needs --kv_events_bind_endpoint".into());
+        }
+        if p.kv.backend_id.trim().is_empty() {
+            return Err(
+                "--enable_kv_events needs --kv_events_backend_id (every event names it)".into(),
+            );
+        }
+        if p.kv.tenant_id.is_empty() {
+            p.kv.tenant_id = "default".into();
+        }
+        p.flags.kv_events = Some(p.kv);
     }
     Ok(Some(p.flags))
 }

@@ -402,6 +402,141 @@ pub const FLAGS: &[Flag] = &[
         refused: None,
     },
     Flag {
+        name: "enable_kv_events",
+        aliases: &[],
+        kind: Kind::Bool,
+        default: Some("false"),
+        help: "publish which keys are stored on a ZMQ PUB socket\n(Mooncake's KV events; {})",
+        set: |p, n, v| boolean(n, v).map(|b| p.enable_kv_events = b),
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_bind_endpoint",
+        aliases: &[],
+        kind: Kind::Value("EP"),
+        default: Some("tcp://0.0.0.0:5557"),
+        help: "ZMQ endpoint the KV-event PUB socket binds\n({})",
+        set: |p, _, v| {
+            p.kv.bind_endpoint = v.trim().to_string();
+            Ok(())
+        },
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_backend_id",
+        aliases: &[],
+        kind: Kind::Value("ID"),
+        default: None,
+        help: "backend_id of every KV event (required with\n--enable_kv_events)",
+        set: |p, _, v| {
+            p.kv.backend_id = v.trim().to_string();
+            Ok(())
+        },
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_queue_capacity",
+        aliases: &[],
+        kind: Kind::Value("N"),
+        default: Some("65536"),
+        help: "KV events waiting to be sent at most ({}; 0: no bound);\npast it the oldest is dropped and counted",
+        set: |p, n, v| number(n, v).map(|x| p.kv.queue_capacity = x),
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_replay_bytes",
+        aliases: &[],
+        kind: Kind::Value("B"),
+        default: Some("67108864"),
+        help: "bytes of recent KV-event messages kept for\nGET /kv_events/replay ({})",
+        set: |p, n, v| number(n, v).map(|x| p.kv.replay_bytes = x),
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_emit_legacy_compat",
+        aliases: &[],
+        kind: Kind::Bool,
+        default: Some("true"),
+        help: "add the legacy type, block_hashes, parent_block_hash\nfields to KV events ({})",
+        set: |p, n, v| boolean(n, v).map(|b| p.kv.emit_legacy_compat = b),
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_emit_object_key",
+        aliases: &[],
+        kind: Kind::Bool,
+        default: Some("true"),
+        help: "add object_key to KV events ({})",
+        set: |p, n, v| boolean(n, v).map(|b| p.kv.emit_object_key = b),
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_tenant_id",
+        aliases: &[],
+        kind: Kind::Value("T"),
+        default: Some("default"),
+        help: "tenant_id of every KV event ({})",
+        set: |p, _, v| {
+            p.kv.tenant_id = v.trim().to_string();
+            Ok(())
+        },
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_model_name",
+        aliases: &[],
+        kind: Kind::Value("M"),
+        default: None,
+        help: "model_name of every KV event (not given: nil)",
+        set: |p, _, v| {
+            p.kv.model_name = v.to_string();
+            Ok(())
+        },
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_block_size",
+        aliases: &[],
+        kind: Kind::Value("N"),
+        default: Some("0"),
+        help: "block_size of every KV event ({}; 0: nil)",
+        set: |p, n, v| number(n, v).map(|x| p.kv.block_size = x),
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_additional_salt",
+        aliases: &[],
+        kind: Kind::Value("S"),
+        default: None,
+        help: "additional_salt of every KV event (not given: nil)",
+        set: |p, _, v| {
+            p.kv.additional_salt = v.to_string();
+            Ok(())
+        },
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_lora_name",
+        aliases: &[],
+        kind: Kind::Value("L"),
+        default: None,
+        help: "lora_name of every KV event (not given: nil)",
+        set: |p, _, v| {
+            p.kv.lora_name = v.to_string();
+            Ok(())
+        },
+        refused: None,
+    },
+    Flag {
+        name: "kv_events_dp_rank",
+        aliases: &[],
+        kind: Kind::Value("N"),
+        default: Some("0"),
+        help: "dp_rank of every KV event and message ({})",
+        set: |p, n, v| number(n, v).map(|x| p.kv.dp_rank = x),
+        refused: None,
+    },
+    Flag {
         name: "offloading_queue_limit",
         aliases: &[],
         kind: Kind::Value("N"),
@@ -569,26 +704,13 @@ pub const FLAGS: &[Flag] = &[
         "tidewire-master does not delete a silent client's HTTP metadata keys \
          (mooncake/ram/*, mooncake/rpc_meta/*)",
     ),
-    // ---- Not yet supported: being built (the SSD offload tier and KV events). To switch one
-    // on, replace its row with an honoured one above.
+    // ---- Not yet supported. To switch one on, replace its row with an honoured one above.
     not_yet(
         "offload_cap_ratio",
         VALUE,
         None,
         "the write queue is bounded by --offloading_queue_limit alone",
     ),
-    not_yet("enable_kv_events", BOOL, Some("false"), KV_EVENTS),
-    not_yet("kv_events_bind_endpoint", VALUE, None, KV_EVENTS),
-    not_yet("kv_events_backend_id", VALUE, None, KV_EVENTS),
-    not_yet("kv_events_queue_capacity", VALUE, None, KV_EVENTS),
-    not_yet("kv_events_emit_legacy_compat", BOOL, None, KV_EVENTS),
-    not_yet("kv_events_emit_object_key", BOOL, None, KV_EVENTS),
-    not_yet("kv_events_additional_salt", VALUE, None, KV_EVENTS),
-    not_yet("kv_events_block_size", VALUE, None, KV_EVENTS),
-    not_yet("kv_events_dp_rank", VALUE, None, KV_EVENTS),
-    not_yet("kv_events_lora_name", VALUE, None, KV_EVENTS),
-    not_yet("kv_events_model_name", VALUE, None, KV_EVENTS),
-    not_yet("kv_events_tenant_id", VALUE, None, KV_EVENTS),
 ];
 
 /// `--rpc_conn_timeout_seconds=0`: a connection is never closed for being idle (ten years).
@@ -612,7 +734,6 @@ const TENANTS: &str = "tidewire has no tenants (namespaces, quotas); all clients
     space";
 const TASKS: &str = "tidewire-master has no task manager (no master-driven copy or move \
     tasks); nothing to bound";
-const KV_EVENTS: &str = "tidewire publishes no KV cache events yet";
 
 /// The kinds of refused rows, so that `--name value` takes its value as Mooncake's would.
 const BOOL: &Kind = &Kind::Bool;

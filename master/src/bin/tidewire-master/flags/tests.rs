@@ -297,26 +297,17 @@ fn every_mooncake_flag_is_honoured_or_refused() {
 }
 
 #[test]
-fn the_not_yet_group_is_the_offload_tier_and_kv_events() {
+fn the_not_yet_group_is_the_offload_tier() {
     let not_yet: Vec<&str> = FLAGS
         .iter()
         .filter(|f| f.refused.as_ref().is_some_and(|r| r.not_yet))
         .map(|f| f.name)
         .collect();
-    for n in ["offload_cap_ratio", "enable_kv_events"] {
-        assert!(not_yet.contains(&n), "--{n}");
-    }
-    let kv_events = mooncake_flags()
-        .into_iter()
-        .filter(|n| n.starts_with("kv_events_"))
-        .collect::<Vec<_>>();
-    assert_eq!(kv_events.len(), 11);
-    assert!(kv_events.iter().all(|n| not_yet.contains(n)));
-    assert_eq!(not_yet.len(), 2 + 11, "{not_yet:?}");
+    assert_eq!(not_yet, ["offload_cap_ratio"], "{not_yet:?}");
     assert!(
-        parse(&args(&["--enable_kv_events"]))
+        parse(&args(&["--offload_cap_ratio=0.5"]))
             .unwrap_err()
-            .starts_with("--enable_kv_events: not yet supported: ")
+            .starts_with("--offload_cap_ratio: not yet supported: ")
     );
     assert!(
         parse(&args(&[
@@ -378,11 +369,7 @@ fn refused_flags_name_the_flag_and_why() {
         ),
         (
             "--enable_kv_events=true",
-            "--enable_kv_events: not yet supported: tidewire publishes no KV cache events yet",
-        ),
-        (
-            "--kv_events_queue_capacity=65536",
-            "--kv_events_queue_capacity: not yet supported",
+            "--enable_kv_events needs --kv_events_backend_id",
         ),
         (
             "--offload_cap_ratio=0.3",
@@ -466,8 +453,6 @@ fn a_refused_flag_passes_only_as_feature_off() {
         "--cxl_size=8589934592",
         "--snapshot_interval_seconds=600",
         "--offload_cap_ratio=0.5",
-        "--kv_events_emit_object_key=true",
-        "--kv_events_emit_object_key=false",
         "--snapshot_catalog_store_type=",
         "--root_fs_dir=/x",
     ] {
@@ -640,5 +625,67 @@ fn the_docs_list_every_refused_flag_and_why() {
     assert!(
         text.contains(&table),
         "docs/master.md should carry this table, as made from the flag table:\n{table}"
+    );
+}
+
+#[test]
+fn kv_events_flags_are_honoured() {
+    let f = parse(&args(&["--kv_events_backend_id=pool-a"]))
+        .unwrap()
+        .unwrap();
+    assert!(f.kv_events.is_none(), "off unless enabled");
+    let f = parse(&args(&[
+        "--enable_kv_events",
+        "--kv_events_backend_id=pool-a",
+        "--kv_events_bind_endpoint=tcp://127.0.0.1:6000",
+        "--kv_events_queue_capacity=128",
+        "--kv_events_replay_bytes=4096",
+        "--kv_events_emit_legacy_compat=false",
+        "--nokv_events_emit_object_key",
+        "--kv_events_tenant_id=t",
+        "--kv_events_model_name=Qwen/Qwen2.5-7B-Instruct",
+        "--kv_events_block_size=16",
+        "--kv_events_additional_salt=s",
+        "--kv_events_lora_name=l",
+        "--kv_events_dp_rank=2",
+    ]))
+    .unwrap()
+    .unwrap();
+    let kv = f.kv_events.expect("enabled");
+    assert_eq!(kv.backend_id, "pool-a");
+    assert_eq!(kv.bind_endpoint, "tcp://127.0.0.1:6000");
+    assert_eq!(kv.queue_capacity, 128);
+    assert_eq!(kv.replay_bytes, 4096);
+    assert!(!kv.emit_legacy_compat && !kv.emit_object_key);
+    assert_eq!(kv.tenant_id, "t");
+    assert_eq!(kv.model_name, "Qwen/Qwen2.5-7B-Instruct");
+    assert_eq!(kv.block_size, 16);
+    assert_eq!(kv.additional_salt, "s");
+    assert_eq!(kv.lora_name, "l");
+    assert_eq!(kv.dp_rank, 2);
+    let d = parse(&args(&["--enable_kv_events", "--kv_events_backend_id=b"]))
+        .unwrap()
+        .unwrap()
+        .kv_events
+        .unwrap();
+    assert_eq!(d.bind_endpoint, "tcp://0.0.0.0:5557");
+    assert_eq!(d.queue_capacity, 65_536);
+    assert_eq!(d.tenant_id, "default");
+    assert!(d.emit_legacy_compat && d.emit_object_key);
+    assert!(
+        parse(&args(&[
+            "--enable_kv_events",
+            "--kv_events_backend_id=b",
+            "--kv_events_bind_endpoint="
+        ]))
+        .is_err()
+    );
+    assert!(
+        parse(&args(&[
+            "--enable_kv_events",
+            "--kv_events_backend_id=b",
+            "--kv_events_dp_rank=-1"
+        ]))
+        .is_err()
     );
 }
