@@ -464,7 +464,14 @@ impl Master {
                 self.metrics
                     .evictions
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                self.segs.allocate(size, config, self.cfg.strategy)
+                match self.segs.allocate(size, config, self.cfg.strategy) {
+                    // Freed too little for this write, and a tier is still writing objects
+                    // out: room is coming.
+                    Err(code::NO_AVAILABLE_HANDLE) if queued > 0 || self.offloads.queued() > 0 => {
+                        Err(code::ROOM_BEING_MADE)
+                    }
+                    other => other,
+                }
             }
             other => other,
         }

@@ -124,13 +124,11 @@ def test_transferqueue_client_put_get_clear(mode):
 # with ``offload.enabled``): the master's flags below, and one standalone client owning a
 # segment and the disk tier (``mooncake_client -enable_offload=true``, here disk_owner.py: a
 # tidewire client with setup(..., enable_ssd_offload=True, ssd_offload_path=<dir>)).
-# One change: TransferQueue's bootstrap gives reads a 999,999 ms lease, and eviction (which
-# on-evict needs before an object's disk write) passes over leased objects, as Mooncake's does:
-# once a generation larger than DRAM has been read back, its objects left in memory can never
-# be evicted, and the next generation's upserts fail with -200 after their wait (TransferQueue
-# retries 3 times, then raises). A 1 s lease here.
+# TransferQueue's bootstrap gives reads a 999,999 ms lease: eviction writes leased objects to
+# disk and drops their memory all the same (a lease guards removal, not the memory copy of a
+# value the disk keeps), so a generation read back does not pin DRAM.
 TQ_OFFLOAD_MASTER_FLAGS = (
-    "-client_ttl=30", "-default_kv_lease_ttl=1000", "-default_kv_soft_pin_ttl=999999",
+    "-client_ttl=30", "-default_kv_lease_ttl=999999", "-default_kv_soft_pin_ttl=999999",
     "--allow_evict_soft_pinned_objects=false", "--enable_offload=true",
     "--eviction_high_watermark_ratio=0.9", "--eviction_ratio=0.1", "--offload_on_evict=true",
     "--offload_force_evict=false", "--offloading_queue_limit=10000")

@@ -41,11 +41,6 @@ pub(super) enum TierChoice {
 }
 
 impl Objects {
-    /// Whether a version has a disk replica.
-    pub(super) fn has_disk(c: &Version) -> bool {
-        c.has_disk()
-    }
-
     /// The memory bytes eviction may free from a complete version (its disk replicas stay).
     pub(super) fn memory_bytes(c: &Version) -> u64 {
         c.memory_bytes()
@@ -149,6 +144,21 @@ impl Objects {
         let size = c.size;
         self.emit(|| Record::put(&d.key, size, segs.named(&[into]), hard_pin));
         true
+    }
+
+    /// Whether eviction keeps the object's value (demoting it to its disk replica, or writing
+    /// it to its owner's tier first): then a lease, which guards removal, does not hold it in
+    /// memory (its readers are protected by their read holds).
+    pub(super) fn keeps_value(o: &Object, segs: &Segments, cfg: &MasterConfig) -> bool {
+        let Some(c) = o.complete.as_ref() else {
+            return false;
+        };
+        c.has_disk()
+            || (cfg.tier.on_evict
+                && c.replicas
+                    .as_slice()
+                    .iter()
+                    .any(|r| segs.offload_target(r).is_some()))
     }
 
     /// What eviction does with the object in `slot` (see [`TierChoice`]).

@@ -150,7 +150,7 @@ impl Objects {
         // replica backs (a reader is protected by its read hold, not by the lease).
         let evictable = |o: &super::Object| {
             let soft = o.soft_pin_until != 0;
-            let demotable = tiered && o.complete.as_ref().is_some_and(Objects::has_disk);
+            let demotable = tiered && Objects::keeps_value(o, segs, cfg);
             !(o.hard_pin
                 || o.pending.is_some()
                 || (lease_active(o, now) && !demotable)
@@ -202,13 +202,7 @@ impl Objects {
             let same = sh.table.get(c.slot).is_some_and(|o| {
                 evictable(o) && o.complete.as_ref().is_some_and(|v| v.id == c.version)
             });
-            let demotable = tiered
-                && sh
-                    .table
-                    .get(c.slot)
-                    .and_then(|o| o.complete.as_ref())
-                    .is_some_and(Objects::has_disk);
-            if !same || (!demotable && sh.removable(c.slot, false, now) != Ok(())) {
+            if !same {
                 continue;
             }
             let choice = match tiered {
@@ -217,6 +211,11 @@ impl Objects {
                 }),
                 false => Some(TierChoice::Remove),
             };
+            // Only a removal needs the lease over and no write in flight.
+            let removal = matches!(choice, Some(TierChoice::Remove));
+            if removal && sh.removable(c.slot, false, now) != Ok(()) {
+                continue;
+            }
             match choice {
                 Some(TierChoice::Demote) => {
                     let Some((key, o)) = sh.table.entry_mut(c.slot) else {

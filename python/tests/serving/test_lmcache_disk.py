@@ -39,11 +39,9 @@ def test_lmcache_mooncakestore_on_tidewire_disk_tier(mode, offload, tmp_path, re
     tier = str((tmp_path / "lmcache-ssd").resolve())
     os.makedirs(tier)
     # LMCache's writer polls ``batched_contains`` (is_exist) until a request is visible, and an
-    # exist query grants a read lease; eviction (which on-evict needs before the disk write)
-    # passes over leased objects, as Mooncake's does. With the default 10 s lease the next
-    # request's puts find nothing to evict within their 5 s wait and fail with -200 (while a
-    # round fills the whole segment): a 1 s lease lets them through.
-    m = Master(CLIENT_TTL, "--default_kv_lease_ttl=1000", *OFFLOAD_FLAGS[offload])
+    # exist query grants a read lease (10 s by default): eviction writes leased objects to disk
+    # and drops their memory all the same (a lease guards removal; readers have read holds).
+    m = Master(CLIENT_TTL, *OFFLOAD_FLAGS[offload])
     seen = {}
     try:
         working_set = (KEYS - 2) * MiB + PARTIAL_BYTES
