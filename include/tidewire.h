@@ -152,6 +152,11 @@
 #define TW_STORE_UNAVAILABLE_IN_CURRENT_MODE -1300
 
 /*
+ Longest segment id written by the mount calls, NUL included.
+ */
+#define TW_STORE_SEGMENT_ID_LEN 64
+
+/*
  Most replicas one object has (`tw_store_get_replicas` writes up to this many per key).
  */
 #define TW_STORE_MAX_REPLICAS 8
@@ -1229,6 +1234,55 @@ int32_t tw_store_put_session_revoke(const struct tw_store *s,
                                     const size_t *key_lens,
                                     size_t n,
                                     int32_t *results);
+
+/*
+ Maps `size` bytes of the file at `path` from `offset` (page aligned; the range must lie in
+ the file) shared, registers them with the client's engine and mounts them on the master as
+ one more segment of this client: new objects may be placed there at once. Writes the
+ segment's id (NUL-terminated) to `id_out` (`id_cap` bytes; `TW_STORE_SEGMENT_ID_LEN`
+ suffice). Returns `TW_STORE_OK`, `TW_STORE_INVALID_PARAMS` (NULL arguments, a range outside
+ the file, an unaligned offset) or the master's code; `tw_last_error` says why.
+
+ # Safety
+ `s` is a live handle; `path` is a C string; `id_out` is writable for `id_cap` bytes.
+ */
+int32_t tw_store_mount_file_segment(const struct tw_store *s,
+                                    const char *path,
+                                    uint64_t size,
+                                    uint64_t offset,
+                                    char *id_out,
+                                    size_t id_cap);
+
+/*
+ Allocates `size` bytes, registers them with the client's engine and mounts them on the
+ master as one more segment of this client; writes its id as `tw_store_mount_file_segment`
+ does. Returns `TW_STORE_OK`, `TW_STORE_INVALID_PARAMS` (a zero size, NULL `id_out`) or the
+ master's code.
+
+ # Safety
+ `s` is a live handle; `id_out` is writable for `id_cap` bytes.
+ */
+int32_t tw_store_allocate_segment(const struct tw_store *s,
+                                  uint64_t size,
+                                  char *id_out,
+                                  size_t id_cap);
+
+/*
+ Unmounts `n` run-time segments by id: those `tw_store_mount_file_segment` mounted
+ (`allocated == 0`), or those `tw_store_allocate_segment` mounted (`allocated != 0`). The
+ master drops their replicas at once (an object keeps its other replicas; one left with none
+ is removed); the memory is unregistered and unmapped after `grace_period_seconds`. Returns
+ 0, or the first failure: -1 for an id this client did not mount that way (as Mooncake), or
+ the master's code.
+
+ # Safety
+ `s` is a live handle; `ids` holds `n` C strings.
+ */
+int32_t tw_store_unmount_segments(const struct tw_store *s,
+                                  const char *const *ids,
+                                  size_t n,
+                                  uint64_t grace_period_seconds,
+                                  int32_t allocated);
 
 /*
  Starts a get session for each of `n` keys: the replicas are looked up once and this

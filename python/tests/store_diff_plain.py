@@ -54,6 +54,26 @@ def main(target):
         res["empty_session"] = (s.get("s2").hex(), s.batch_put_session_revoke(["s3"]))
         res["disk.count"] = s.get_offload_rpc_read_count()
         res["init_all.again"] = s.init_all("tcp", "", 16 << 20)
+        # Run-time segments (ids differ between the two: compare codes and shapes).
+        seg = s.allocate_and_mount_segment(32 << 20)
+        res["alloc"] = (seg["ret"], len(seg["segment_ids"]), seg["allocated_size"])
+        res["alloc.zero"] = s.allocate_and_mount_segment(0)["ret"]
+        res["unmount.wrong_kind"] = s.unmount_segment(seg["segment_ids"])
+        res["unmount.free"] = s.unmount_and_free_segment(seg["segment_ids"])
+        res["unmount.free.again"] = s.unmount_and_free_segment(seg["segment_ids"])
+        res["unmount.bogus"] = (s.unmount_segment(["1-2"]), s.unmount_segment(["nonsense"]))
+        path = os.path.join(os.environ.get("DIFF_TMP", "/tmp"), f"seg-{target}-{os.getpid()}")
+        with open(path, "wb") as f:
+            f.truncate(8 << 20)
+        try:
+            fs = s.mount_segment(path, 4 << 20, 4096)
+            res["file"] = (fs["ret"], len(fs["segment_ids"]))
+            res["file.past_end"] = s.mount_segment(path, 8 << 20, 4096)["ret"]
+            res["file.unaligned"] = s.mount_segment(path, 4096, 100)["ret"]
+            res["file.missing"] = s.mount_segment(path + ".none", 4096)["ret"]
+            res["file.unmount"] = s.unmount_segment(fs["segment_ids"])
+        finally:
+            os.unlink(path)
     finally:
         s.close()
         m.stop()

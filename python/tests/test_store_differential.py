@@ -40,14 +40,10 @@ MC_PY = os.environ.get("TIDEWIRE_MOONCAKE_PYTHON",
 #: have yet; init_all is Mooncake's internal set-up path;
 #: the buffer pools, EngramStore and the NoF-register client are separate Mooncake components.
 EXPECTED_MISSING = {
-    "MooncakeDistributedStore.allocate_and_mount_segment",
     "MooncakeDistributedStore.batch_replica_clear",
     "MooncakeDistributedStore.create_copy_task",
     "MooncakeDistributedStore.create_move_task",
-    "MooncakeDistributedStore.mount_segment",
     "MooncakeDistributedStore.query_task",
-    "MooncakeDistributedStore.unmount_and_free_segment",
-    "MooncakeDistributedStore.unmount_segment",
     "BufferLease", "BufferLeaseView", "BufferPool", "EngramStore", "EngramStoreConfig",
     "MooncakeDistributedNoFRegister", "RegisteredBufferLease", "RegisteredBufferLeaseView",
     "RegisteredBufferPool", "get_alloc_func_addr", "get_free_func_addr",

@@ -184,6 +184,7 @@ impl StoreClient {
             disk_reads: Default::default(),
             disk_off: Default::default(),
             put_sessions: Default::default(),
+            extra: Default::default(),
         });
         shared.ping()?;
         shared.mount()?;

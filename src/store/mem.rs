@@ -5,7 +5,7 @@ use super::alloc::OffsetAllocator;
 use crate::sync::LockClean;
 use std::sync::{Arc, Mutex};
 
-/// An anonymous private mapping, unmapped on drop.
+/// A mapping (anonymous and private, or of a file and shared), unmapped on drop.
 #[derive(Debug)]
 pub struct Mapped {
     ptr: *mut u8,
@@ -33,6 +33,47 @@ impl Mapped {
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mapped { ptr: p.cast(), len })
+    }
+
+    /// Maps `len` (> 0) bytes of the file at `path` from `offset` (page aligned), shared (what
+    /// is written lands in the file, as Mooncake's `mount_segment` maps it).
+    pub fn file(path: &str, offset: u64, len: usize) -> std::io::Result<Mapped> {
+        use std::os::unix::io::AsRawFd;
+        if len == 0 {
+            return Err(std::io::Error::other("zero-length mapping"));
+        }
+        if offset % 4096 != 0 {
+            return Err(std::io::Error::other(format!(
+                "offset {offset} is not page aligned"
+            )));
+        }
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let size = f.metadata()?.len();
+        if offset > size || len as u64 > size - offset {
+            return Err(std::io::Error::other(format!(
+                "[{offset}, {offset}+{len}) exceeds the file's {size} bytes"
+            )));
+        }
+        let off = libc::off_t::try_from(offset).map_err(std::io::Error::other)?;
+        // SAFETY: a fresh shared mapping of a file we opened; no existing memory is affected
+        // (the descriptor may close after mmap: the mapping keeps the file).
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                off,
             )
         };
         if p == libc::MAP_FAILED {
@@ -69,6 +110,56 @@ impl Drop for Mapped {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`len` are exactly the mapping created in `new`, unmapped once.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Segments this client mounted at run time (besides the one of `setup`), by id: each a
+/// registered mapping the master knows as `<engine name>#<id>`.
+#[derive(Debug, Default)]
+pub struct ExtraSegments {
+    mounted: Mutex<std::collections::HashMap<String, ExtraSegment>>,
+}
+
+/// One segment mounted at run time.
+#[derive(Debug)]
+pub struct ExtraSegment {
+    /// Its name on the master.
+    pub name: String,
+    /// Its memory.
+    pub mem: Arc<Mapped>,
+    /// Allocated by the client (`allocate_and_mount_segment`), not a file mapped.
+    pub allocated: bool,
+}
+
+impl ExtraSegments {
+    /// Adds a mounted segment.
+    pub fn insert(&self, id: String, seg: ExtraSegment) {
+        self.mounted.lock_clean().insert(id, seg);
+    }
+
+    /// Takes the segment `id` out, if it is one of the `allocated` kind asked for.
+    pub fn take(&self, id: &str, allocated: bool) -> Option<ExtraSegment> {
+        let mut m = self.mounted.lock_clean();
+        match m.get(id) {
+            Some(s) if s.allocated == allocated => m.remove(id),
+            _ => None,
+        }
+    }
+
+    /// The mapping holding `[addr, addr+len)`, if one of these does.
+    pub fn holding(&self, addr: u64, len: u64) -> Option<Arc<Mapped>> {
+        let m = self.mounted.lock_clean();
+        m.values()
+            .find(|s| s.mem.contains(addr, len))
+            .map(|s| s.mem.clone())
+    }
+
+    /// `(name, base, size)` of each, for mounting them again.
+    pub fn listed(&self) -> Vec<(String, u64, u64)> {
+        let m = self.mounted.lock_clean();
+        m.values()
+            .map(|s| (s.name.clone(), s.mem.addr(), s.mem.len() as u64))
+            .collect()
     }
 }
 

@@ -32,6 +32,7 @@ pub mod proto;
 pub mod put;
 mod put_sessions;
 mod reads;
+pub mod segments;
 pub mod sessions;
 mod shared;
 

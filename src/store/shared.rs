@@ -44,6 +44,8 @@ pub(crate) struct Shared {
     pub(crate) neighbours: Neighbours,
     /// Objects read from disk tiers.
     pub(crate) disk_reads: AtomicU64,
+    /// Segments mounted at run time (see `segments.rs`).
+    pub(crate) extra: super::mem::ExtraSegments,
     /// Open put sessions (see `put_sessions.rs`).
     pub(crate) put_sessions: super::holds::PutSessions,
     /// The disk tier was unmounted (`unmount_local_disk_segment`): no more polls or mounts.
@@ -60,21 +62,31 @@ pub struct StoreClient {
 
 impl Shared {
     pub(crate) fn mount(&self) -> Result<(), StoreError> {
+        for (name, base, size) in self.extra.listed() {
+            self.mount_one(&name, base, size)?;
+        }
         let Some(seg) = &self.segment else {
             return Ok(());
         };
+        self.mount_one(self.engine.name(), seg.addr(), seg.len() as u64)?;
+        match &self.tier {
+            Some(t) if !self.disk_off.load(std::sync::atomic::Ordering::Acquire) => {
+                self.mount_disk(t)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Mounts one memory segment of this client on the master.
+    pub(crate) fn mount_one(&self, name: &str, base: u64, size: u64) -> Result<(), StoreError> {
         match self.conn.call(&Request::Mount {
             client_id: self.client_id,
-            name: self.engine.name().to_string(),
-            base: seg.addr(),
-            size: seg.len() as u64,
+            name: name.to_string(),
+            base,
+            size,
         })? {
-            Reply::Ok => match &self.tier {
-                Some(t) if !self.disk_off.load(std::sync::atomic::Ordering::Acquire) => {
-                    self.mount_disk(t)
-                }
-                _ => Ok(()),
-            },
+            Reply::Ok => Ok(()),
+            Reply::Error { code, message } => Err(StoreError::new(code, message)),
             other => Err(StoreError::new(
                 code::RPC_FAIL,
                 format!("unexpected mount reply {other:?}"),
@@ -106,9 +118,10 @@ impl Shared {
     /// # Safety
     /// Nobody writes those bytes while the slice lives (the master holds their version for us).
     pub(crate) unsafe fn own_bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
-        self.segment.as_ref().filter(|s| s.contains(addr, len))?;
-        // SAFETY: the range lies in our mapped segment (checked), which lives as long as
-        // `self`; the caller's contract rules out writers.
+        self.owns(addr, len).then_some(())?;
+        // SAFETY: the range lies in one of our mapped segments (checked), which lives as long as
+        // `self` (a run-time segment is unmapped only after its grace); the caller's contract
+        // rules out writers.
         Some(unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) })
     }
 
@@ -119,18 +132,21 @@ impl Shared {
     /// this client alone).
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn own_bytes_mut(&self, addr: u64, len: u64) -> Option<&mut [u8]> {
-        self.segment.as_ref().filter(|s| s.contains(addr, len))?;
-        // SAFETY: the range lies in our mapped segment (checked), which lives as long as
-        // `self`; the caller's contract gives us the bytes alone.
+        self.owns(addr, len).then_some(())?;
+        // SAFETY: the range lies in one of our mapped segments (checked), which lives as long as
+        // `self` (a run-time segment is unmapped only after its grace); the caller's contract
+        // gives us the bytes alone.
         Some(unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len as usize) })
     }
 
     pub(crate) fn own_segment(&self, r: &ReplicaDesc) -> bool {
-        r.endpoint == self.engine.name()
-            && self
-                .segment
-                .as_ref()
-                .is_some_and(|s| s.contains(r.addr, r.len))
+        r.endpoint == self.engine.name() && self.owns(r.addr, r.len)
+    }
+
+    /// Whether `[addr, addr+len)` lies in one of this client's segments.
+    fn owns(&self, addr: u64, len: u64) -> bool {
+        self.segment.as_ref().is_some_and(|s| s.contains(addr, len))
+            || self.extra.holding(addr, len).is_some()
     }
 
     /// Resolves segment names to engine ids, each distinct name once per call.

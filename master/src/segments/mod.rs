@@ -110,6 +110,15 @@ impl Segment {
     }
 }
 
+/// The engine endpoint behind a segment name: a segment a client mounted at run time is named
+/// `<endpoint>#<id>` (see the client's `segments.rs`); a disk tier's name is its own.
+pub fn endpoint_of(name: &str) -> &str {
+    match name.starts_with(tidewire::store::disk::TIER_PREFIX) {
+        true => name,
+        false => name.split('#').next().unwrap_or(name),
+    }
+}
+
 /// A read view of the segment table (see [`Segments::with_view`]).
 pub struct SegView<'a>(&'a Table);
 
@@ -143,7 +152,7 @@ impl Table {
             return None;
         }
         Some(s).map(|s| ReplicaDesc {
-            endpoint: s.name.to_string(),
+            endpoint: endpoint_of(&s.name).to_string(),
             addr: s.base + r.offset,
             len,
         })

@@ -96,7 +96,7 @@ impl Segments {
             if let Some(offset) = off {
                 out.replicas.push(Replica { seg: s.id, offset });
                 out.descs.push(ReplicaDesc {
-                    endpoint: s.name.to_string(),
+                    endpoint: endpoint_of(&s.name).to_string(),
                     addr: s.base + offset,
                     len,
                 });
@@ -146,7 +146,7 @@ impl Segments {
         Some(Placed {
             replicas: vec![Replica { seg: s.id, offset }],
             descs: vec![ReplicaDesc {
-                endpoint: s.name.to_string(),
+                endpoint: endpoint_of(&s.name).to_string(),
                 addr: s.base + offset,
                 len,
             }],

@@ -262,6 +262,32 @@ def put_session_close(h: Handle, enc: Keys, publish: bool) -> List[int]:
     return [from_c(rc)] * n if rc != 0 else results(res)
 
 
+# ------------------------------------------------------------------------------ run-time segments
+def _segment_id(rc: int, buf: Any) -> Tuple[int, str]:
+    return (from_c(rc), buf.value.decode() if rc == 0 else "")
+
+
+def mount_file_segment(h: Handle, path: bytes, size: int, offset: int) -> Tuple[int, str]:
+    """``tw_store_mount_file_segment``: ``(code, segment id)``."""
+    buf = ctypes.create_string_buffer(64)
+    return _segment_id(_ffi.lib().tw_store_mount_file_segment(h, path, size, offset, buf, 64),
+                       buf)
+
+
+def allocate_segment(h: Handle, size: int) -> Tuple[int, str]:
+    """``tw_store_allocate_segment``: ``(code, segment id)``."""
+    buf = ctypes.create_string_buffer(64)
+    return _segment_id(_ffi.lib().tw_store_allocate_segment(h, size, buf, 64), buf)
+
+
+def unmount_segments(h: Handle, ids: Sequence[bytes], grace: int, allocated: bool) -> int:
+    """``tw_store_unmount_segments``: 0, -1 or a code."""
+    n = len(ids)
+    rc = _ffi.lib().tw_store_unmount_segments(h, (c_char_p * n)(*ids), n, grace,
+                                              1 if allocated else 0)
+    return from_c(int(rc))
+
+
 # ------------------------------------------------------------------------------ replicas
 def get_replicas(h: Handle, enc: Keys) -> Optional[List[List[Tuple[str, int, int]]]]:
     """``tw_store_get_replicas``: per key its replicas as ``(endpoint, address, size)``; None

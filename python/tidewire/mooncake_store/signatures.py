@@ -124,6 +124,11 @@ STORE_SIGNATURES = {
     ),
     "tw_store_put_session_end": ([c_void_p, _keys, _lens, c_size_t, _p(c_int32)], c_int32),
     "tw_store_put_session_revoke": ([c_void_p, _keys, _lens, c_size_t, _p(c_int32)], c_int32),
+    "tw_store_mount_file_segment": (
+        [c_void_p, c_char_p, c_uint64, c_uint64, c_char_p, c_size_t], c_int32),
+    "tw_store_allocate_segment": ([c_void_p, c_uint64, c_char_p, c_size_t], c_int32),
+    "tw_store_unmount_segments": (
+        [c_void_p, _p(c_char_p), c_size_t, c_uint64, c_int32], c_int32),
     "tw_store_get_replicas": (
         [c_void_p, _keys, _lens, c_size_t, _p(ReplicaC), _p(c_int64)], c_int32
     ),

@@ -15,6 +15,7 @@ mod args;
 pub mod codes;
 mod multi;
 mod put_sessions;
+mod segments;
 mod sessions;
 mod sized;
 mod split;
