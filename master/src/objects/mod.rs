@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use tidewire::store::proto::{GetResult, KeyVersion, PutItem, StartResult, WriteConfig, code};
 use tidewire::sync::LockClean;
 
+mod copies;
 mod holds;
 mod journal;
 mod replicas;
@@ -38,6 +39,7 @@ mod view;
 mod walk;
 mod write;
 
+pub use copies::Cleared;
 use holds::{Holds, Retired, Writer};
 use replicas::Replicas;
 use table::Table;
