@@ -32,6 +32,7 @@ from .signatures import StoreValue
 from .parallel_client import ParallelTensorMixin
 from .safetensor_files import SafetensorMixin
 from .put_sessions import PutSessionMixin
+from .replica_tasks import ReplicaTaskMixin
 from .tasks import ExtrasMixin
 from .tensor_format import HEADER_LEN, Tensor, _host, _over, _torch, _view, header, parse
 from .values import (
@@ -60,7 +61,7 @@ _RUN_BY_DUMMY = frozenset({
 @guarded
 @forwarded_in_dummy(_RUN_BY_DUMMY)
 class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin,
-                               PutSessionMixin):
+                               PutSessionMixin, ReplicaTaskMixin):
     """A store client: contributes a segment to the pool and reads/writes objects.
 
     Every public method counts itself in the client's call guard while it runs

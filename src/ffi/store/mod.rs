@@ -18,6 +18,7 @@ mod put_sessions;
 mod sessions;
 mod sized;
 mod split;
+mod tasks;
 
 use super::ffi_boundary;
 use super::status::set_last_error;
