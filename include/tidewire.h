@@ -164,7 +164,7 @@
 /*
  Bytes of [`tw_store_task_info::message`], its NUL included (a longer message is cut).
  */
-#define TW_STORE_TASK_MESSAGE_LEN 1024
+#define TW_STORE_MAX_TASK_MESSAGE_LEN 1024
 
 /*
  Engine configuration under construction (opaque). Functions: `tw_config_new`,
@@ -413,7 +413,7 @@ typedef struct tw_store_task_info {
   /*
    What happened (why it failed), NUL-terminated.
    */
-  char message[TW_STORE_TASK_MESSAGE_LEN];
+  char message[TW_STORE_MAX_TASK_MESSAGE_LEN];
 } tw_store_task_info;
 
 /*

@@ -28,7 +28,7 @@ class ReplicateConfigC(Structure):
     ]
 
 
-#: ``TW_STORE_TASK_MESSAGE_LEN``.
+#: ``TW_STORE_MAX_TASK_MESSAGE_LEN``.
 TASK_MESSAGE_LEN = 1024
 
 

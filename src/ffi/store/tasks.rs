@@ -12,7 +12,7 @@ use crate::store::proto::{TaskId, TaskInfo};
 use std::ffi::c_char;
 
 /// Bytes of [`tw_store_task_info::message`], its NUL included (a longer message is cut).
-pub const TW_STORE_TASK_MESSAGE_LEN: usize = 1024;
+pub const TW_STORE_MAX_TASK_MESSAGE_LEN: usize = 1024;
 
 /// A replica task's state (Mooncake's `QueryTaskResponse`), filled by `tw_store_query_task`.
 #[repr(C)]
@@ -30,7 +30,7 @@ pub struct tw_store_task_info {
     /// The client that runs it (its store client id, in the second half).
     pub assigned_client: [u64; 2],
     /// What happened (why it failed), NUL-terminated.
-    pub message: [c_char; TW_STORE_TASK_MESSAGE_LEN],
+    pub message: [c_char; TW_STORE_MAX_TASK_MESSAGE_LEN],
 }
 
 /// The code of a failed call, its message kept for `tw_last_error_message`.
@@ -224,8 +224,8 @@ fn fill(o: &mut tw_store_task_info, info: &TaskInfo) {
     o.updated_ms = info.updated_ms;
     o.assigned_client = [0, info.client];
     let mut msg = info.message.as_bytes();
-    if msg.len() >= TW_STORE_TASK_MESSAGE_LEN {
-        let mut cut = TW_STORE_TASK_MESSAGE_LEN - 1;
+    if msg.len() >= TW_STORE_MAX_TASK_MESSAGE_LEN {
+        let mut cut = TW_STORE_MAX_TASK_MESSAGE_LEN - 1;
         while !info.message.is_char_boundary(cut) {
             cut -= 1;
         }
