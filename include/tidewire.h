@@ -154,7 +154,7 @@
 /*
  Longest segment id written by the mount calls, NUL included.
  */
-#define TW_STORE_SEGMENT_ID_LEN 64
+#define TW_STORE_MAX_SEGMENT_ID_LEN 64
 
 /*
  Most replicas one object has (`tw_store_get_replicas` writes up to this many per key).
@@ -165,6 +165,11 @@
  Longest segment name (a replica's endpoint), in bytes.
  */
 #define TW_STORE_MAX_ENDPOINT_LEN 512
+
+/*
+ Bytes of [`tw_store_task_info::message`], its NUL included (a longer message is cut).
+ */
+#define TW_STORE_MAX_TASK_MESSAGE_LEN 1024
 
 /*
  Engine configuration under construction (opaque). Functions: `tw_config_new`,
@@ -381,6 +386,40 @@ typedef struct tw_store_replica {
  `size` bytes, or NULL to skip the key. `ctx` is the caller's, passed through.
  */
 typedef void *(*tw_store_alloc_fn)(void *ctx, size_t index, uint64_t size);
+
+/*
+ A replica task's state (Mooncake's `QueryTaskResponse`), filled by `tw_store_query_task`.
+ */
+typedef struct tw_store_task_info {
+  /*
+   The task's id (the two halves of Mooncake's UUID).
+   */
+  uint64_t id[2];
+  /*
+   0 copy, 1 move (Mooncake's `TaskType`).
+   */
+  int32_t kind;
+  /*
+   0 pending, 1 processing, 2 failed, 3 success (Mooncake's `TaskStatus`).
+   */
+  int32_t status;
+  /*
+   Created, in milliseconds since the Unix epoch.
+   */
+  uint64_t created_ms;
+  /*
+   Last changed, in milliseconds since the Unix epoch.
+   */
+  uint64_t updated_ms;
+  /*
+   The client that runs it (its store client id, in the second half).
+   */
+  uint64_t assigned_client[2];
+  /*
+   What happened (why it failed), NUL-terminated.
+   */
+  char message[TW_STORE_MAX_TASK_MESSAGE_LEN];
+} tw_store_task_info;
 
 /*
  Success.
@@ -1239,7 +1278,7 @@ int32_t tw_store_put_session_revoke(const struct tw_store *s,
  Maps `size` bytes of the file at `path` from `offset` (page aligned; the range must lie in
  the file) shared, registers them with the client's engine and mounts them on the master as
  one more segment of this client: new objects may be placed there at once. Writes the
- segment's id (NUL-terminated) to `id_out` (`id_cap` bytes; `TW_STORE_SEGMENT_ID_LEN`
+ segment's id (NUL-terminated) to `id_out` (`id_cap` bytes; `TW_STORE_MAX_SEGMENT_ID_LEN`
  suffice). Returns `TW_STORE_OK`, `TW_STORE_INVALID_PARAMS` (NULL arguments, a range outside
  the file, an unaligned offset) or the master's code; `tw_last_error` says why.
 
@@ -1412,6 +1451,83 @@ int32_t tw_store_split_keys(const char *blob,
                             size_t n,
                             const char **ptrs_out,
                             size_t *lens_out);
+
+/*
+ Mooncake's `batch_replica_clear`: each of the `n` keys whose read lease has expired loses
+ its replicas on the segment `segment` (an object left with none is removed), or, with
+ `segment` NULL or empty, is removed whole when no write of it is in flight. `cleared[i]` is
+ set to 1 for each key cleared, 0 for the others (absent, leased, being written, nothing on
+ the segment, or an unusable key). Unlike Mooncake, keys written by any client are cleared:
+ the master does not record a complete object's writer.
+
+ Returns `TW_STORE_OK`, or a negative code (unusable arguments, the master unreachable)
+ without writing `cleared`. Thread-safe; no pointer is kept after the call.
+
+ # Safety
+ `s` is a live handle; `keys_in` and `key_lens` hold `n` keys as `TW_STORE_MAX_KEY_LEN`
+ describes; `segment` is NULL or a C string; `cleared` is writable for `n` bytes.
+ */
+int32_t tw_store_replica_clear(const struct tw_store *s,
+                               const char *const *keys_in,
+                               const size_t *key_lens,
+                               size_t n,
+                               const char *segment,
+                               uint8_t *cleared);
+
+/*
+ Queues a task that copies the object `key_in` (`key_len` bytes; an empty or unusable key
+ is an absent one) to each of the `n_targets`
+ segments named in `targets` (C strings; a segment holding a replica already is skipped when
+ the task runs). The owner of one of its replicas runs it in the background; follow it with
+ `tw_store_query_task`. Writes the task's id to `id_out[0..2]` and returns `TW_STORE_OK`, or
+ a negative code: `TW_STORE_INVALID_PARAMS` (no target, a target not mounted, an unusable
+ argument), `TW_STORE_OBJECT_NOT_FOUND`, -1010 (a target takes no new replicas now), -1401
+ (too many tasks wait). Thread-safe; no pointer is kept after the call.
+
+ # Safety
+ `s` is a live handle; `key_in` is NULL or readable for `key_len` bytes; `targets` holds `n_targets`
+ C strings; `id_out` is writable for two elements.
+ */
+int32_t tw_store_create_copy_task(const struct tw_store *s,
+                                  const char *key_in,
+                                  size_t key_len,
+                                  const char *const *targets,
+                                  size_t n_targets,
+                                  uint64_t *id_out);
+
+/*
+ Queues a task that moves the object `key_in`'s (`key_len` bytes) replica on segment `source` to segment
+ `target`: the target replica is written and added before the source's leaves, so the
+ object always keeps a complete replica. The owner of `source` runs it in the background.
+ Writes the task's id to `id_out[0..2]` and returns `TW_STORE_OK`, or a negative code:
+ `TW_STORE_OBJECT_NOT_FOUND`, `TW_STORE_INVALID_PARAMS` (the same segment twice, a target not
+ mounted, no replica on `source`, an unusable argument), -1010, -1401. NULL names are empty.
+ Thread-safe; no pointer is kept after the call.
+
+ # Safety
+ `s` is a live handle; `key_in` is NULL or readable for `key_len` bytes; `source` and `target` are NULL
+ or C strings; `id_out` is writable for two elements.
+ */
+int32_t tw_store_create_move_task(const struct tw_store *s,
+                                  const char *key_in,
+                                  size_t key_len,
+                                  const char *source,
+                                  const char *target,
+                                  uint64_t *id_out);
+
+/*
+ Fills `out` with the state of the task `id_hi`/`id_lo` (the two halves of its id) and
+ returns `TW_STORE_OK`, or returns a negative code without writing it: -1400 (no such task:
+ never created, or forgotten after 10,000 newer tasks finished), `TW_STORE_INVALID_PARAMS`
+ (`out` NULL). Thread-safe.
+
+ # Safety
+ `s` is a live handle; `out` is NULL or writable.
+ */
+int32_t tw_store_query_task(const struct tw_store *s,
+                            uint64_t id_hi,
+                            uint64_t id_lo,
+                            struct tw_store_task_info *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -15,6 +15,8 @@ pub mod objects;
 mod os_memory;
 pub mod segments;
 pub mod server;
+mod task_requests;
+pub mod tasks;
 mod tier_requests;
 pub mod tiering;
 
@@ -104,6 +106,8 @@ pub struct Master {
     pub metrics: Metrics,
     /// Disk-tier work queues and counters.
     pub offloads: tiering::Offloads,
+    /// Replica tasks (copies and moves) by id.
+    pub tasks: tasks::Tasks,
     ticks: AtomicU64,
     /// Allocated bytes when the last watermark eviction freed nothing (skip until it changes).
     stuck_at: AtomicU64,
@@ -132,6 +136,7 @@ impl Master {
             clients: Mutex::default(),
             metrics: Metrics::default(),
             offloads: tiering::Offloads::default(),
+            tasks: tasks::Tasks::default(),
             ticks: AtomicU64::new(0),
             stuck_at: AtomicU64::new(u64::MAX),
             removed_seen: AtomicU64::new(0),
@@ -199,6 +204,9 @@ impl Master {
                 | Request::Ping { .. }
                 | Request::ReadDone { .. }
                 | Request::ReportFailed { .. }
+                | Request::QueryTask { .. }
+                | Request::FetchTasks { .. }
+                | Request::TaskDone { .. }
         );
         let reply = self.dispatch(req);
         if mutating {
@@ -277,6 +285,10 @@ impl Master {
             Request::Unmount { client_id, name } => match self.segs.id_of(&name) {
                 Some(id) if self.segs.of_client(client_id).contains(&id) => {
                     self.unmount(&HashSet::from([id]));
+                    if self.segs.of_client(client_id).is_empty() {
+                        self.tasks
+                            .fail_client(client_id, "the client running the task unmounted");
+                    }
                     Reply::Ok
                 }
                 _ => Reply::Error {
@@ -412,6 +424,44 @@ impl Master {
                 self.touch(client_id);
                 self.promote_now(&keys)
             }
+            Request::ReplicaClear { keys, segment, .. } => self.replica_clear(&keys, &segment),
+            Request::CreateCopyTask { key, targets, .. } => self.create_copy_task(&key, targets),
+            Request::CreateMoveTask {
+                key,
+                source,
+                target,
+                ..
+            } => self.create_move_task(&key, &source, &target),
+            Request::QueryTask { id } => self.query_task(id),
+            Request::FetchTasks { client_id, max } => Reply::Tasks {
+                tasks: self.tasks.fetch(client_id, max as usize),
+            },
+            Request::AddReplicaStart {
+                client_id,
+                key,
+                source,
+                targets,
+            } => self.add_replica_start(client_id, &key, &source, &targets),
+            Request::AddReplicaEnd {
+                client_id,
+                key,
+                version,
+                ticket,
+                ok,
+                drop_source,
+            } => self.add_replica_end(
+                client_id,
+                &key,
+                (version, ticket),
+                ok,
+                drop_source.as_deref(),
+            ),
+            Request::TaskDone {
+                client_id,
+                id,
+                ok,
+                message,
+            } => self.task_done(client_id, id, ok, message),
         })
     }
 
@@ -521,6 +571,9 @@ impl Master {
         }
         if n % 10 == 0 {
             self.sweep();
+            if self.tasks.any_open() {
+                self.tasks.expire();
+            }
         }
     }
 
@@ -630,6 +683,8 @@ impl Master {
         for id in expired {
             // Promotions' memory was in its segments, unmounted below.
             let _ = self.offloads.forget(id);
+            self.tasks
+                .fail_client(id, "the client running the task missed its heartbeats");
             let (disks, segs): (Vec<u32>, Vec<u32>) = self
                 .segs
                 .of_client(id)

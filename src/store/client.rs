@@ -185,6 +185,7 @@ impl StoreClient {
             disk_off: Default::default(),
             put_sessions: Default::default(),
             extra: Default::default(),
+            tasks_running: Default::default(),
         });
         shared.ping()?;
         shared.mount()?;
@@ -267,7 +268,7 @@ impl StoreClient {
     }
 }
 
-fn heartbeat(sh: &Shared, stop: &(Mutex<bool>, Condvar)) {
+fn heartbeat(sh: &Arc<Shared>, stop: &(Mutex<bool>, Condvar)) {
     loop {
         let (lock, cv) = stop;
         let g = lock.lock_clean();
@@ -283,6 +284,7 @@ fn heartbeat(sh: &Shared, stop: &(Mutex<bool>, Condvar)) {
                 if !sh.master_ok.swap(true, Ordering::AcqRel) {
                     tw_log!(crate::log::Level::Info, "store: master reachable again");
                 }
+                sh.poll_tasks();
             }
             Err(e) => {
                 sh.conn.reset();

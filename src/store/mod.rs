@@ -5,7 +5,8 @@
 //! - the client: `client` (setup, mount, the heartbeat thread);
 //! - one file per verb: `put`, `get`, `multi` (values in several pieces), `sessions` (get
 //!   sessions, ranged reads, replica descriptors), `copying` (values copied in and out),
-//!   `admin` (sizes, existence, removal);
+//!   `admin` (sizes, existence, removal), `tasks` (replica copy and move tasks, run here for
+//!   the master, and replica clearing);
 //! - `reads`: reading found objects from their replicas, for `get` and `sessions`;
 //! - `shared`: the state every verb works on, and the [`StoreClient`] handle;
 //! - what every verb uses: `keys`, `caller_memory` (a value's bytes in the caller's memory),
@@ -35,6 +36,7 @@ mod reads;
 pub mod segments;
 pub mod sessions;
 mod shared;
+pub mod tasks;
 
 pub use client::StoreConfig;
 pub use proto::{WriteConfig, code};

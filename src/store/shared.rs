@@ -50,6 +50,8 @@ pub(crate) struct Shared {
     pub(crate) put_sessions: super::holds::PutSessions,
     /// The disk tier was unmounted (`unmount_local_disk_segment`): no more polls or mounts.
     pub(crate) disk_off: AtomicBool,
+    /// A thread runs replica tasks for the master (see `tasks.rs`).
+    pub(crate) tasks_running: AtomicBool,
 }
 
 /// A store client. Every method is thread-safe; the data path takes no global lock.

@@ -59,6 +59,12 @@ impl Holds {
         }
     }
 
+    /// The same holds, for buffers that leave this version while its reads may still use
+    /// them (they end by their lease or their client's heartbeats, not by `ReadDone`).
+    pub(super) fn copied(&self) -> Holds {
+        Holds(self.0.clone())
+    }
+
     /// The holds, one per client.
     pub(super) fn iter(&self) -> impl Iterator<Item = &Hold> {
         self.0.iter().flat_map(|h| h.iter())

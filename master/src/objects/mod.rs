@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use tidewire::store::proto::{GetResult, KeyVersion, PutItem, StartResult, WriteConfig, code};
 use tidewire::sync::LockClean;
 
+mod copies;
 mod events;
 mod holds;
 mod journal;
@@ -40,6 +41,7 @@ mod view;
 mod walk;
 mod write;
 
+pub use copies::Cleared;
 pub use events::Inventory;
 use holds::{Holds, Retired, Writer};
 use replicas::Replicas;

@@ -304,6 +304,43 @@ impl Segments {
         Some(Replica { seg: s.id, offset })
     }
 
+    /// Whether the mounted segment `name` takes new replicas now (`None`: not mounted).
+    pub fn takes_replicas(&self, name: &str) -> Option<bool> {
+        let t = self.table.read_clean();
+        t.by_name.get(name).map(|id| t.by_id[id].placeable())
+    }
+
+    /// The owning client of segment `id`.
+    pub fn client_of(&self, id: u32) -> Option<u64> {
+        self.table.read_clean().by_id.get(&id).map(|s| s.client_id)
+    }
+
+    /// `len` bytes on the segment `name` for a new replica: the replica and its wire form.
+    /// `SEGMENT_NOT_FOUND`, `UNAVAILABLE_IN_CURRENT_STATUS` (it takes no new replicas) or
+    /// `NO_AVAILABLE_HANDLE` (no room).
+    pub fn alloc_on(&self, name: &str, len: u64) -> Result<(Replica, ReplicaDesc), i32> {
+        let t = self.table.read_clean();
+        let s = t
+            .by_name
+            .get(name)
+            .map(|id| &t.by_id[id])
+            .ok_or(code::SEGMENT_NOT_FOUND)?;
+        if !s.placeable() {
+            return Err(code::UNAVAILABLE_IN_CURRENT_STATUS);
+        }
+        let offset = s
+            .alloc
+            .lock_clean()
+            .alloc(len)
+            .ok_or(code::NO_AVAILABLE_HANDLE)?;
+        let desc = ReplicaDesc {
+            endpoint: s.name.to_string(),
+            addr: s.base + offset,
+            len,
+        };
+        Ok((Replica { seg: s.id, offset }, desc))
+    }
+
     /// Name of a mounted segment.
     pub fn name_of(&self, id: u32) -> Option<String> {
         let t = self.table.read_clean();

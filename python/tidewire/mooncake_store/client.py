@@ -34,6 +34,7 @@ from .safetensor_files import SafetensorMixin
 from .init_all import InitAllMixin
 from .put_sessions import PutSessionMixin
 from .segments import SegmentMixin
+from .replica_tasks import ReplicaTaskMixin
 from .tasks import ExtrasMixin
 from .tensor_format import HEADER_LEN, Tensor, _host, _over, _torch, _view, header, parse
 from .values import (
@@ -62,7 +63,8 @@ _RUN_BY_DUMMY = frozenset({
 @guarded
 @forwarded_in_dummy(_RUN_BY_DUMMY)
 class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin,
-                               PutSessionMixin, InitAllMixin, SegmentMixin):
+                               PutSessionMixin, InitAllMixin, SegmentMixin,
+                               ReplicaTaskMixin):
     """A store client: contributes a segment to the pool and reads/writes objects.
 
     Every public method counts itself in the client's call guard while it runs

@@ -19,7 +19,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 from .. import _ffi
 from .arguments import _PTR_CODE, _SIZE_CODE, _codes, _key_list
 from .codes import from_c, results
-from .signatures import MAX_REPLICAS, AllocFn, ReplicaC, StoreValue
+from .signatures import MAX_REPLICAS, AllocFn, ReplicaC, StoreValue, TaskInfoC
 
 Handle = Any  # a ctypes.c_void_p holding the tw_store *
 Keys = Sequence[bytes]
@@ -333,3 +333,38 @@ def remove_by_regex(h: Handle, pattern: bytes, force: bool) -> int:
 
 def remove_all(h: Handle, force: bool) -> int:
     return from_c(int(_ffi.lib().tw_store_remove_all(h, bool(force))))
+
+
+# ------------------------------------------------------------------------------ replica tasks
+def replica_clear(h: Handle, enc: Keys, segment: bytes) -> Optional[List[bool]]:
+    """``tw_store_replica_clear``: per key whether it was cleared; None if the call failed."""
+    n = len(enc)
+    karr, klens, _keep = _c_keys(enc)
+    out = (ctypes.c_uint8 * max(n, 1))()
+    if _ffi.lib().tw_store_replica_clear(h, karr, klens, n, segment, out) != 0:
+        return None
+    return [bool(out[i]) for i in range(n)]
+
+
+def create_copy_task(h: Handle, key: bytes,
+                     targets: Sequence[bytes]) -> Tuple[int, Tuple[int, int]]:
+    """``tw_store_create_copy_task``: the code and the task id."""
+    ids = (c_uint64 * 2)()
+    names = (c_char_p * max(len(targets), 1))(*targets)
+    rc = _ffi.lib().tw_store_create_copy_task(h, key, len(key), names, len(targets), ids)
+    return from_c(rc), (ids[0], ids[1])
+
+
+def create_move_task(h: Handle, key: bytes, source: bytes,
+                     target: bytes) -> Tuple[int, Tuple[int, int]]:
+    """``tw_store_create_move_task``: the code and the task id."""
+    ids = (c_uint64 * 2)()
+    rc = _ffi.lib().tw_store_create_move_task(h, key, len(key), source, target, ids)
+    return from_c(rc), (ids[0], ids[1])
+
+
+def query_task(h: Handle, hi: int, lo: int) -> Tuple[int, Optional[TaskInfoC]]:
+    """``tw_store_query_task``: the code and the filled state (None on failure)."""
+    info = TaskInfoC()
+    rc = _ffi.lib().tw_store_query_task(h, hi, lo, byref(info))
+    return from_c(rc), (info if rc == 0 else None)

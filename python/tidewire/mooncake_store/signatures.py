@@ -11,6 +11,7 @@ from ctypes import (
     c_int64,
     c_size_t,
     c_uint32,
+    c_uint8,
     c_uint64,
     c_void_p,
 )
@@ -24,6 +25,24 @@ class ReplicateConfigC(Structure):
         ("with_hard_pin", c_bool),
         ("with_soft_pin", c_bool),
         ("preferred_segments", c_char_p),
+    ]
+
+
+#: ``TW_STORE_MAX_TASK_MESSAGE_LEN``.
+TASK_MESSAGE_LEN = 1024
+
+
+class TaskInfoC(Structure):
+    """``tw_store_task_info``: a replica task's state."""
+
+    _fields_ = [
+        ("id", c_uint64 * 2),
+        ("kind", c_int32),
+        ("status", c_int32),
+        ("created_ms", c_uint64),
+        ("updated_ms", c_uint64),
+        ("assigned_client", c_uint64 * 2),
+        ("message", c_char * TASK_MESSAGE_LEN),
     ]
 
 
@@ -138,5 +157,15 @@ STORE_SIGNATURES = {
     "tw_store_remove": ([c_void_p, _keys, _lens, c_size_t, c_bool, _p(c_int32)], c_int32),
     "tw_store_remove_by_regex": ([c_void_p, c_char_p, c_bool], c_int64),
     "tw_store_remove_all": ([c_void_p, c_bool], c_int64),
+    "tw_store_replica_clear": (
+        [c_void_p, _keys, _lens, c_size_t, c_char_p, _p(c_uint8)], c_int32
+    ),
+    "tw_store_create_copy_task": (
+        [c_void_p, c_char_p, c_size_t, _p(c_char_p), c_size_t, _p(c_uint64)], c_int32
+    ),
+    "tw_store_create_move_task": (
+        [c_void_p, c_char_p, c_size_t, c_char_p, c_char_p, _p(c_uint64)], c_int32
+    ),
+    "tw_store_query_task": ([c_void_p, c_uint64, c_uint64, _p(TaskInfoC)], c_int32),
 }
 del _p, _keys, _lens

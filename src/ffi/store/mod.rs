@@ -19,6 +19,7 @@ mod segments;
 mod sessions;
 mod sized;
 mod split;
+mod tasks;
 
 use super::ffi_boundary;
 use super::status::set_last_error;

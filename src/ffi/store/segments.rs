@@ -9,9 +9,9 @@ use crate::ffi::status::set_last_error;
 use std::ffi::c_char;
 
 /// Longest segment id written by the mount calls, NUL included.
-pub const TW_STORE_SEGMENT_ID_LEN: usize = 64;
+pub const TW_STORE_MAX_SEGMENT_ID_LEN: usize = 64;
 // An id is two u64 in decimal and a dash: at most 41 bytes and its NUL.
-const _: () = assert!(TW_STORE_SEGMENT_ID_LEN >= 42);
+const _: () = assert!(TW_STORE_MAX_SEGMENT_ID_LEN >= 42);
 
 /// Writes `id` and a NUL into `out` (`cap` bytes); false when it does not fit.
 fn write_id(id: &str, out: *mut c_char, cap: usize) -> bool {
@@ -30,7 +30,7 @@ fn write_id(id: &str, out: *mut c_char, cap: usize) -> bool {
 /// Maps `size` bytes of the file at `path` from `offset` (page aligned; the range must lie in
 /// the file) shared, registers them with the client's engine and mounts them on the master as
 /// one more segment of this client: new objects may be placed there at once. Writes the
-/// segment's id (NUL-terminated) to `id_out` (`id_cap` bytes; `TW_STORE_SEGMENT_ID_LEN`
+/// segment's id (NUL-terminated) to `id_out` (`id_cap` bytes; `TW_STORE_MAX_SEGMENT_ID_LEN`
 /// suffice). Returns `TW_STORE_OK`, `TW_STORE_INVALID_PARAMS` (NULL arguments, a range outside
 /// the file, an unaligned offset) or the master's code; `tw_last_error` says why.
 ///

@@ -45,3 +45,15 @@ pub fn check_keys<K: AsRef<str>>(keys: &[K]) -> Result<(), String> {
     check_batch(keys.len())?;
     keys.iter().try_for_each(|k| check_key(k.as_ref()))
 }
+
+/// A segment name a caller gave (it may be empty or name nothing mounted: the master answers
+/// that in its own terms): at most [`MAX_NAME_LEN`] bytes.
+pub(super) fn check_segment_name(n: &str) -> Result<(), String> {
+    if n.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "segment name of {} bytes exceeds {MAX_NAME_LEN}",
+            n.len()
+        ));
+    }
+    Ok(())
+}

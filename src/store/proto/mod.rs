@@ -21,7 +21,7 @@ use std::io::{Read, Write};
 mod checks;
 mod exist;
 pub use checks::check_keys;
-use checks::{check_batch, check_key, check_name, check_versions};
+use checks::{check_batch, check_key, check_name, check_segment_name, check_versions};
 pub use exist::{decode_exist, encode_exist};
 
 /// Frame magic.
@@ -108,6 +108,17 @@ pub mod code {
     /// The operation needs a mode this deployment is not in (a disk tier on a master without
     /// one).
     pub const UNAVAILABLE_IN_CURRENT_MODE: i32 = -1300;
+    /// A replica named in the request is not there (a move's source).
+    pub const REPLICA_NOT_FOUND: i32 = -710;
+    /// The replica a task worked on is gone (the object was removed or replaced meanwhile).
+    pub const REPLICA_IS_GONE: i32 = -712;
+    /// The segment exists but takes no new replicas now (its owner is suspended or failing, or
+    /// it is a disk tier).
+    pub const UNAVAILABLE_IN_CURRENT_STATUS: i32 = -1010;
+    /// No replica task has this id (never created, or forgotten after it finished).
+    pub const TASK_NOT_FOUND: i32 = -1400;
+    /// Too many replica tasks wait for their clients.
+    pub const TASK_PENDING_LIMIT_EXCEEDED: i32 = -1401;
 }
 
 /// Where a write goes and how it is kept (Mooncake's `ReplicateConfig`).
@@ -232,6 +243,59 @@ pub struct OffloadDone {
     pub evict: bool,
     /// The job was a promotion (`loc` is then `Some` when the bytes are in place).
     pub promote: bool,
+}
+
+/// A replica task's id: Mooncake's UUID as its two 64-bit halves.
+pub type TaskId = (u64, u64);
+
+/// A replica task's state, as `QueryTask` reports it (Mooncake's `QueryTaskResponse`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    /// Id.
+    pub id: TaskId,
+    /// 0 copy, 1 move (Mooncake's `TaskType`).
+    pub kind: u8,
+    /// 0 pending, 1 processing, 2 failed, 3 success (Mooncake's `TaskStatus`).
+    pub status: u8,
+    /// Created, in milliseconds since the Unix epoch.
+    pub created_ms: u64,
+    /// Last changed, in milliseconds since the Unix epoch.
+    pub updated_ms: u64,
+    /// The client that runs it.
+    pub client: u64,
+    /// Why it failed, or what it did.
+    pub message: String,
+}
+
+/// A replica task handed to the client that runs it (the owner of the source segment).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskJob {
+    /// Id (to report with `TaskDone`).
+    pub id: TaskId,
+    /// 0 copy, 1 move.
+    pub kind: u8,
+    /// Key.
+    pub key: String,
+    /// The segment whose replica is read.
+    pub source: String,
+    /// Segments that get a new replica (a move: one, and the source's replica goes after).
+    pub targets: Vec<String>,
+}
+
+/// Space for new replicas of a complete object, and where to read it from
+/// (`AddReplicaStart`'s answer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaAdd {
+    /// The complete version read (held for this client until `AddReplicaEnd`).
+    pub version: u64,
+    /// The new buffers' reservation (0: none, every target holds a replica already).
+    pub ticket: u64,
+    /// Object size.
+    pub size: u64,
+    /// The source replica.
+    pub source: ReplicaDesc,
+    /// New buffers to write, one per target that has no replica yet.
+    pub targets: Vec<ReplicaDesc>,
 }
 
 /// A client's request.
@@ -384,6 +448,90 @@ pub enum Request {
         /// Keys.
         keys: Vec<String>,
     },
+    /// Mooncake's `BatchReplicaClear`: of each key whose lease has expired, the replicas on
+    /// `segment` (the object goes when none is left), or with an empty `segment` the whole
+    /// object when it has no write in flight. Answered with [`Reply::Keys`]: the keys cleared.
+    ReplicaClear {
+        /// Requester.
+        client_id: u64,
+        /// Keys.
+        keys: Vec<String>,
+        /// Segment name, or empty for every replica.
+        segment: String,
+    },
+    /// Queue a task that copies `key` to each of `targets` ([`Reply::TaskId`]).
+    CreateCopyTask {
+        /// Requester.
+        client_id: u64,
+        /// Key.
+        key: String,
+        /// Target segment names.
+        targets: Vec<String>,
+    },
+    /// Queue a task that moves `key`'s replica on `source` to `target` ([`Reply::TaskId`]).
+    CreateMoveTask {
+        /// Requester.
+        client_id: u64,
+        /// Key.
+        key: String,
+        /// Source segment name.
+        source: String,
+        /// Target segment name.
+        target: String,
+    },
+    /// A task's state ([`Reply::Task`], or `TASK_NOT_FOUND`).
+    QueryTask {
+        /// Id.
+        id: TaskId,
+    },
+    /// A client asks for at most `max` of the tasks queued for it ([`Reply::Tasks`]); they are
+    /// processing from then on.
+    FetchTasks {
+        /// Client.
+        client_id: u64,
+        /// Most tasks wanted.
+        max: u32,
+    },
+    /// A task's client reserves new replicas of `key` on `targets` and holds the complete
+    /// version for reading from its replica on `source` ([`Reply::ReplicaAdd`]).
+    AddReplicaStart {
+        /// Client.
+        client_id: u64,
+        /// Key.
+        key: String,
+        /// Source segment name.
+        source: String,
+        /// Target segment names.
+        targets: Vec<String>,
+    },
+    /// The new replicas of an `AddReplicaStart` are written (`ok`) or not: they join the
+    /// object (then the replica on `drop_source` leaves it, when another is left) or are
+    /// freed. Its read hold ends either way.
+    AddReplicaEnd {
+        /// Client.
+        client_id: u64,
+        /// Key.
+        key: String,
+        /// `ReplicaAdd::version`.
+        version: u64,
+        /// `ReplicaAdd::ticket`.
+        ticket: u64,
+        /// The bytes are in place.
+        ok: bool,
+        /// A move's source segment.
+        drop_source: Option<String>,
+    },
+    /// A task's client reports it finished.
+    TaskDone {
+        /// Client.
+        client_id: u64,
+        /// Id.
+        id: TaskId,
+        /// Success.
+        ok: bool,
+        /// What happened.
+        message: String,
+    },
 }
 
 /// The master's reply.
@@ -444,6 +592,31 @@ pub enum Reply {
         jobs: Vec<OffloadJob>,
         /// Locators of records to end.
         drops: Vec<u64>,
+    },
+    /// Keys (those `ReplicaClear` cleared).
+    Keys {
+        /// Keys.
+        keys: Vec<String>,
+    },
+    /// A task was queued.
+    TaskId {
+        /// Its id.
+        id: TaskId,
+    },
+    /// A task's state.
+    Task {
+        /// State.
+        info: TaskInfo,
+    },
+    /// Tasks for the client that asked.
+    Tasks {
+        /// Tasks.
+        tasks: Vec<TaskJob>,
+    },
+    /// `AddReplicaStart`'s answer.
+    ReplicaAdd {
+        /// Space and source.
+        add: ReplicaAdd,
     },
 }
 
@@ -541,6 +714,45 @@ impl Request {
                 records.iter().try_for_each(|r| check_key(&r.key))
             }
             Request::Promote { keys, .. } => check_keys(keys),
+            Request::ReplicaClear { keys, segment, .. } => {
+                check_keys(keys)?;
+                check_segment_name(segment)
+            }
+            Request::CreateCopyTask { key, targets, .. }
+            | Request::AddReplicaStart { key, targets, .. } => {
+                check_key(key)?;
+                if targets.len() > MAX_REPLICAS as usize {
+                    return Err(format!("more than {MAX_REPLICAS} targets"));
+                }
+                targets.iter().try_for_each(|t| check_segment_name(t))?;
+                match self {
+                    Request::AddReplicaStart { source, .. } => check_segment_name(source),
+                    _ => Ok(()),
+                }
+            }
+            Request::CreateMoveTask {
+                key,
+                source,
+                target,
+                ..
+            } => {
+                check_key(key)?;
+                check_segment_name(source)?;
+                check_segment_name(target)
+            }
+            Request::AddReplicaEnd {
+                key, drop_source, ..
+            } => {
+                check_key(key)?;
+                drop_source.as_deref().map_or(Ok(()), check_segment_name)
+            }
+            Request::TaskDone { message, .. } => {
+                if message.len() > MAX_PATTERN_LEN {
+                    return Err(format!("message longer than {MAX_PATTERN_LEN} bytes"));
+                }
+                Ok(())
+            }
+            Request::QueryTask { .. } | Request::FetchTasks { .. } => Ok(()),
             Request::OffloadPoll {
                 name, done, lost, ..
             } => {
@@ -573,6 +785,14 @@ impl Request {
             Request::MountDisk { .. } => "mount_disk",
             Request::OffloadPoll { .. } => "offload_poll",
             Request::Promote { .. } => "promote",
+            Request::ReplicaClear { .. } => "replica_clear",
+            Request::CreateCopyTask { .. } => "create_copy_task",
+            Request::CreateMoveTask { .. } => "create_move_task",
+            Request::QueryTask { .. } => "query_task",
+            Request::FetchTasks { .. } => "fetch_tasks",
+            Request::AddReplicaStart { .. } => "add_replica_start",
+            Request::AddReplicaEnd { .. } => "add_replica_end",
+            Request::TaskDone { .. } => "task_done",
         }
     }
 }
