@@ -120,6 +120,8 @@ impl Master {
                 }
             }
         }
+        self.offloads
+            .reported(client_id, done.iter().filter(|d| !d.promote).count());
         for d in done.iter().filter(|d| !d.promote) {
             match d.loc {
                 Some(_) => self.offloads.written.fetch_add(1, Relaxed),

@@ -57,6 +57,8 @@ impl Default for TierConfig {
 pub struct Offloads {
     queues: Mutex<HashMap<u64, VecDeque<OffloadJob>>>,
     queued: AtomicUsize,
+    /// Jobs each owner took and has not reported yet.
+    taken: Mutex<HashMap<u64, usize>>,
     /// Objects not queued because the queue was full.
     pub overflow: AtomicU64,
     /// Objects written to disk.
@@ -108,8 +110,26 @@ impl Offloads {
         if jobs.is_empty() {
             q.remove(&owner);
         }
+        drop(q);
         self.queued.fetch_sub(out.len(), Ordering::Relaxed);
+        *self.taken.lock_clean().entry(owner).or_default() += out.len();
         out
+    }
+
+    /// `owner` reported `n` of the jobs it took.
+    pub fn reported(&self, owner: u64, n: usize) {
+        let mut t = self.taken.lock_clean();
+        if let Some(k) = t.get_mut(&owner) {
+            *k = k.saturating_sub(n);
+            if *k == 0 {
+                t.remove(&owner);
+            }
+        }
+    }
+
+    /// Jobs taken by their owners and not reported yet.
+    pub fn in_flight(&self) -> usize {
+        self.taken.lock_clean().values().sum()
     }
 
     /// Forgets `owner`'s queue (it went away; its holds end with its heartbeats).
@@ -117,6 +137,7 @@ impl Offloads {
         if let Some(jobs) = self.queues.lock_clean().remove(&owner) {
             self.queued.fetch_sub(jobs.len(), Ordering::Relaxed);
         }
+        self.taken.lock_clean().remove(&owner);
         let jobs = self
             .promotions
             .lock_clean()
@@ -229,6 +250,12 @@ impl Offloads {
             "gauge",
             "Objects waiting to be written to disk",
             self.queued() as u64,
+        );
+        one(
+            "offload_in_flight",
+            "gauge",
+            "Objects their owners are writing to disk now (taken, not reported)",
+            self.in_flight() as u64,
         );
         one(
             "offload_written_total",

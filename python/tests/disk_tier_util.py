@@ -35,11 +35,12 @@ def figures(master):
 
 
 def settled(master, timeout=30):
-    """Waits until no disk write is queued; returns the figures then."""
+    """Waits until no disk write is queued or in flight; returns the figures then."""
     deadline = time.monotonic() + timeout
     while True:
         f = figures(master)
-        if f.get("offload_queued") == 0 or time.monotonic() > deadline:
+        idle = f.get("offload_queued") == 0 and f.get("offload_in_flight", 0) == 0
+        if idle or time.monotonic() > deadline:
             return f
         time.sleep(0.1)
 

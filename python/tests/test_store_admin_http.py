@@ -63,7 +63,9 @@ def test_get_all_segments_reads_as_sglang_check_server_reads_it(master):
         r = requests.get(f"{base}/batch_query_keys", params={"keys": f"{key},missing"}, timeout=3)
         data = r.json()["data"]
         assert data[key]["ok"] is True and data[key]["values"][0]["size_"] == 4096
-        assert data["missing"] == {"ok": False, "error": "OBJECT_NOT_FOUND"}
+        assert data["missing"] == {"ok": False, "error": "OBJECT_NOT_FOUND", "values": None,
+                                   "disk_values": None, "local_disk_values": None,
+                                   "nof_values": None}
         r = requests.get(f"{base}/get_all_keys", timeout=3)
         assert r.text.split("\n") == [key, ""]
         r = requests.get(f"{base}/query_segment", params={"segment": store.get_hostname()},

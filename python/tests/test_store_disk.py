@@ -34,8 +34,9 @@ def metric(master, name):
 
 
 def settled(master):
-    """Every queued disk write is done."""
-    return wait_until(lambda: metric(master, "offload_queued") == 0, 20)
+    """Every disk write asked for is done: none queued, none taken and not reported."""
+    return wait_until(lambda: metric(master, "offload_queued") == 0
+                      and metric(master, "offload_in_flight") == 0, 20)
 
 
 class Owner:

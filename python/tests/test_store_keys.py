@@ -154,11 +154,19 @@ def _newer_calls(s, key, a):
         "batch_get_tensor": lambda: s.batch_get_tensor([key]),
         "get_tensor_into": lambda: s.get_tensor_into(key, a, 4096),
         "batch_get_tensor_into": lambda: s.batch_get_tensor_into([key], [a], [4096]),
+        "batch_put_session_start": lambda: s.batch_put_session_start([key], [10]),
+        "batch_put_from_multi_buffer_ranges": lambda: s.batch_put_from_multi_buffer_ranges(
+            [key], [[a]], [[1]], [[0]]),
+        "batch_put_session_end": lambda: s.batch_put_session_end([key]),
+        "batch_put_session_revoke": lambda: s.batch_put_session_revoke([key]),
+        "batch_replica_clear": lambda: s.batch_replica_clear([key]),
+        "create_copy_task": lambda: s.create_copy_task(key, ["nowhere"])[1],
+        "create_move_task": lambda: s.create_move_task(key, "a", "b")[1],
     }
 
 
 # What every method returns for an unusable key (as for the empty key): its own way of saying
-# -600 (invalid parameters).
+# -600 (invalid parameters); the task calls say the object is not found (-704).
 BAD_KEY = {
     "put": -600, "upsert": -600, "put_batch": -600, "upsert_batch": -600, "put_parts": -600,
     "upsert_parts": -600, "put_from": -600, "upsert_from": -600, "batch_put_from": [-600],
@@ -173,7 +181,10 @@ BAD_KEY = {
     "batch_pub_tensor": [-600], "batch_upsert_pub_tensor": [-600], "put_tensor_from": -600,
     "upsert_tensor_from": -600, "batch_put_tensor_from": [-600], "batch_upsert_tensor_from": [-600],
     "get_tensor": None, "batch_get_tensor": [None], "get_tensor_into": None,
-    "batch_get_tensor_into": [None],
+    "batch_get_tensor_into": [None], "batch_put_session_start": [-600],
+    "batch_put_from_multi_buffer_ranges": [-600], "batch_put_session_end": [-600],
+    "batch_put_session_revoke": [-600], "batch_replica_clear": [], "create_copy_task": -704,
+    "create_move_task": -704,
 }
 # The empty key is Mooncake's "not found" in the size, existence and removal calls.
 EMPTY_KEY = dict(BAD_KEY, get_size=-704, is_exist=0, batch_is_exist=[0], remove=-704,

@@ -55,10 +55,10 @@ class ReplicaTaskMixin:
         no write of it is in flight). Returns the keys cleared, in order; ``[]`` on failure or
         before ``setup``. Unlike Mooncake, keys are cleared whichever client wrote them (the
         master does not record a complete object's writer)."""
+        enc = _key_list(keys)
         if self._h is None:
             return []
         seg = _name(segment_name, "segment_name")
-        enc = _key_list(keys)
         if not enc:
             return []
         flags = _core.replica_clear(self._h, enc, seg)
