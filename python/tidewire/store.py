@@ -44,6 +44,14 @@ Every call into the library releases the GIL (ctypes), so threads overlap their 
 
 from types import ModuleType
 
+from .mooncake_store.buffer_pool import (
+    BufferLease,
+    BufferLeaseView,
+    BufferPool,
+    RegisteredBufferLease,
+    RegisteredBufferLeaseView,
+    RegisteredBufferPool,
+)
 from .mooncake_store.client import MAX_KEY_LEN as MAX_KEY_LEN
 from .mooncake_store.client import MooncakeDistributedStore
 from .mooncake_store.config import ObjectDataType, ReplicateConfig, SoftPinAction
@@ -66,7 +74,9 @@ __all__ = [
     "ObjectDataType", "ReplicaDescriptor", "MemoryDescriptor", "Descriptor", "DiskDescriptor",
     "ReplicaStatus", "MooncakeHostMemAllocator", "bind_to_numa_node", "ParallelAxis",
     "TensorParallelism", "ReadTarget", "TaskType", "TaskStatus", "QueryTaskResponse",
-    "get_alloc_func_addr", "get_free_func_addr",
+    "BufferPool", "BufferLease", "BufferLeaseView", "RegisteredBufferPool",
+    "RegisteredBufferLease", "RegisteredBufferLeaseView", "get_alloc_func_addr",
+    "get_free_func_addr",
 ]
 
 # Mooncake's module exports its enums' members too (``export_values``); where two enums share
