@@ -55,6 +55,7 @@ from .mooncake_store.buffer_pool import (
 from .mooncake_store.client import MAX_KEY_LEN as MAX_KEY_LEN
 from .mooncake_store.client import MooncakeDistributedStore
 from .mooncake_store.config import ObjectDataType, ReplicateConfig, SoftPinAction
+from .mooncake_store.engram import EngramStore, EngramStoreConfig
 from .mooncake_store.host_memory import get_alloc_func_addr, get_free_func_addr
 from .mooncake_store.parallel import ParallelAxis, ReadTarget, TensorParallelism
 from .mooncake_store.tasks import QueryTaskResponse, TaskStatus, TaskType
@@ -75,8 +76,8 @@ __all__ = [
     "ReplicaStatus", "MooncakeHostMemAllocator", "bind_to_numa_node", "ParallelAxis",
     "TensorParallelism", "ReadTarget", "TaskType", "TaskStatus", "QueryTaskResponse",
     "BufferPool", "BufferLease", "BufferLeaseView", "RegisteredBufferPool",
-    "RegisteredBufferLease", "RegisteredBufferLeaseView", "get_alloc_func_addr",
-    "get_free_func_addr",
+    "RegisteredBufferLease", "RegisteredBufferLeaseView", "EngramStore", "EngramStoreConfig",
+    "get_alloc_func_addr", "get_free_func_addr",
 ]
 
 # Mooncake's module exports its enums' members too (``export_values``); where two enums share
