@@ -57,6 +57,7 @@ from .mooncake_store.client import MooncakeDistributedStore
 from .mooncake_store.config import ObjectDataType, ReplicateConfig, SoftPinAction
 from .mooncake_store.engram import EngramStore, EngramStoreConfig
 from .mooncake_store.host_memory import get_alloc_func_addr, get_free_func_addr
+from .mooncake_store.nof_register import MooncakeDistributedNoFRegister
 from .mooncake_store.parallel import ParallelAxis, ReadTarget, TensorParallelism
 from .mooncake_store.tasks import QueryTaskResponse, TaskStatus, TaskType
 from .mooncake_store.values import (
@@ -77,7 +78,7 @@ __all__ = [
     "TensorParallelism", "ReadTarget", "TaskType", "TaskStatus", "QueryTaskResponse",
     "BufferPool", "BufferLease", "BufferLeaseView", "RegisteredBufferPool",
     "RegisteredBufferLease", "RegisteredBufferLeaseView", "EngramStore", "EngramStoreConfig",
-    "get_alloc_func_addr", "get_free_func_addr",
+    "MooncakeDistributedNoFRegister", "get_alloc_func_addr", "get_free_func_addr",
 ]
 
 # Mooncake's module exports its enums' members too (``export_values``); where two enums share
