@@ -186,7 +186,7 @@ class BufferLease:
     def __enter__(self) -> "BufferLease":
         return self
 
-    def __exit__(self, arg0: object, arg1: object, arg2: object) -> None:
+    def __exit__(self, arg0: object, arg1: object, arg2: object, /) -> None:
         self.release()
 
     def __del__(self) -> None:
