@@ -152,6 +152,11 @@
 #define TW_STORE_UNAVAILABLE_IN_CURRENT_MODE -1300
 
 /*
+ Alignment of `tw_store_host_alloc`'s memory (Mooncake's SPDK allocation alignment).
+ */
+#define TW_STORE_HOST_ALLOC_ALIGNMENT 4096
+
+/*
  Longest segment id written by the mount calls, NUL included.
  */
 #define TW_STORE_MAX_SEGMENT_ID_LEN 64
@@ -1128,6 +1133,34 @@ int64_t tw_store_remove_by_regex(const struct tw_store *s, const char *pattern, 
  `s` is a live handle.
  */
 int64_t tw_store_remove_all(const struct tw_store *s, bool force);
+
+/*
+ Allocates `size` bytes of host memory aligned to `TW_STORE_HOST_ALLOC_ALIGNMENT` (the C
+ signature of Mooncake's `hugepage_memory_alloc`, whose address `get_alloc_func_addr()`
+ gives). Returns NULL when `size` is 0 or the memory cannot be had
+ (`tw_last_error_message()` says why). The caller owns the memory and frees it with
+ `tw_store_host_free`. Thread-safe.
+ */
+void *tw_store_host_alloc(size_t size);
+
+/*
+ Allocates `size` bytes of host memory aligned to `alignment` (a power of two, at least
+ `sizeof(void *)`). Returns NULL when `size` is 0, the alignment is not such a number or
+ the memory cannot be had (`tw_last_error_message()` says why). The caller owns the memory
+ and frees it with `tw_store_host_free`. Thread-safe.
+ */
+void *tw_store_host_alloc_aligned(size_t size, size_t alignment);
+
+/*
+ Frees memory from `tw_store_host_alloc` or `tw_store_host_alloc_aligned` (the C signature
+ of Mooncake's `hugepage_memory_free`, whose address `get_free_func_addr()` gives). NULL is
+ accepted and does nothing. Thread-safe.
+
+ # Safety
+ `ptr` is NULL or a pointer those functions returned that has not been freed; the memory is
+ not used afterwards (unregister it first if it was registered).
+ */
+void tw_store_host_free(void *ptr);
 
 /*
  Zero-copy put of `n` keys whose values are in pieces (`upsert == 0`: create-only;

@@ -1,6 +1,7 @@
 """Runs one call sequence of the Store methods that need no torch (put sessions and ranged
 puts, the disk-tier methods on a client without a tier, replica copy/move tasks and
-batch_replica_clear on two clients with segments) on one target and prints every
+batch_replica_clear on two clients with segments, buffer pools, EngramStore and the NoF
+register client) on one target and prints every
 result as one JSON line, so test_store_differential.py compares Mooncake's wheel and tidewire
 call by call::
 
@@ -80,6 +81,7 @@ def main(target):
         s.close()
         m.stop()
     res.update(replica_cases(tgt))
+    res.update(pool_cases(tgt))
     print("DIFF-RESULT " + json.dumps(res, default=list), flush=True)
 
 
@@ -163,6 +165,117 @@ def replica_cases(tgt):
     finally:
         a.close()
         b.close()
+        m.stop()
+    return res
+
+
+def _outcome(fn):
+    """A call's result, or its exception as (type name, message)."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 (the exception is the result compared)
+        return [type(e).__name__, str(e)]
+
+
+def pool_cases(tgt):
+    """Buffer pools (capacity from a 4 MiB local buffer, waits, view-guarded release, close),
+    EngramStore (populate, lookup, remove, bad input; needs NumPy) and the NoF register client,
+    through the store module of the target."""
+    import importlib
+
+    import numpy as np
+
+    S = importlib.import_module("tidewire.store" if tgt.name == "tidewire" else "mooncake.store")
+    m = tgt.master("--default_kv_lease_ttl=1000")
+    s = tgt.connect(m.address, m.metadata, 32 << 20, 4 << 20)
+    res = {}
+    try:
+        res["pool.bad"] = [_outcome(lambda: S.BufferPool(None)),
+                           _outcome(lambda: S.BufferPool(s, alignment=4)),
+                           _outcome(lambda: S.BufferPool(s, min_size_class=0)),
+                           _outcome(lambda: S.BufferPool(s, max_bytes=-1))[0]]
+        p = S.BufferPool(s)
+        lease = p.acquire(1000)
+        view = lease.buffer
+        res["lease"] = [lease.size, len(view), view.format, view.readonly, view.ndim,
+                        type(view.obj).__name__]
+        res["lease.zero"] = _outcome(lambda: p.acquire(0).size)
+        res["release.with_view"] = _outcome(lease.release)
+        view[:5] = b"hello"
+        res["put_from"] = [s.put_from("pool.k", lease.ptr, 5), s.get("pool.k").decode()]
+        del view
+        res["release"] = [_outcome(lease.release), _outcome(lease.release),
+                          _outcome(lambda: lease.ptr), lease.size,
+                          _outcome(lambda: lease.buffer)[0]]
+        res["sizes"] = [_outcome(lambda: p.acquire(9 << 20)), _outcome(lambda: p.acquire(8 << 20).size)]
+        big = p.acquire(6 << 20)
+        res["exhausted"] = [_outcome(lambda: p.acquire(3 << 20, block=False)),
+                            _outcome(lambda: p.acquire(3 << 20, timeout=0.05)),
+                            _outcome(lambda: p.acquire(1, timeout=-1)),
+                            _outcome(lambda: p.buffer(size=2 << 20, block=False).size)]
+        res["close.active"] = _outcome(p.close)
+        with p.acquire(100) as held:
+            res["with"] = [held.size, type(held).__name__]
+        res["with.after"] = _outcome(lambda: held.ptr)
+        with p.acquire(16) as held:
+            res["get_into"] = [s.get_into("pool.k", held.ptr, 16), bytes(held.buffer[:5]).decode()]
+        big.release()
+        p3 = S.BufferPool(s, max_bytes=1 << 20, max_regions=1, prewarm_size=10, prewarm_count=2)
+        one = p3.acquire(10)
+        res["regions"] = [_outcome(lambda: p3.acquire(10, block=False)),
+                          _outcome(lambda: p3.acquire(5 << 20)), p3.prewarm(1, 1)]
+        one.release()
+        p.close()
+        p3.close()
+        res["closed"] = [_outcome(lambda: p.acquire(1)), _outcome(p.close)]
+        res["aliases"] = [S.RegisteredBufferPool is S.BufferPool,
+                          S.RegisteredBufferLease is S.BufferLease,
+                          S.RegisteredBufferLeaseView is S.BufferLeaseView]
+        res["ctors"] = [_outcome(S.BufferLease)[0], _outcome(S.BufferLeaseView)[0]]
+        # EngramStore on the same client.
+        c = S.EngramStoreConfig()
+        res["engram.defaults"] = [c.table_vocab_sizes, c.embedding_dim]
+        c.table_vocab_sizes, c.embedding_dim = [5, 7], 4
+        e = S.EngramStore(2, c, s)
+        res["engram.layout"] = [e.get_store_keys(), e.get_num_heads(), e.get_embedding_dim(),
+                                e.get_table_vocab_sizes()]
+        t0 = np.arange(20, dtype=np.float32).reshape(5, 4)
+        t1 = -np.arange(28, dtype=np.float64).reshape(7, 4)
+        res["engram.populate"] = [_outcome(lambda: e.remove_from_store()),
+                                  _outcome(lambda: e.populate([t0, t1])),
+                                  _outcome(lambda: e.populate([t0, t1])),
+                                  _outcome(lambda: e.populate([t0])),
+                                  _outcome(lambda: e.populate([np.zeros(20, np.float32), t1])),
+                                  [s.get_size(k) for k in e.get_store_keys()]]
+        ids = np.array([[[0, 6], [4, 0]], [[2, 3], [1, 1]]])
+        res["engram.lookup"] = [e.lookup(ids).tolist(), e.lookup([[[4, 6]]]).tolist(),
+                                e.lookup(np.array([[[1.7, 2.2]]])).tolist()]
+        res["engram.lookup.bad"] = [_outcome(lambda: e.lookup([[[5, 0]]])),
+                                    _outcome(lambda: e.lookup([[[1]]])),
+                                    _outcome(lambda: e.lookup([[]])),
+                                    _outcome(lambda: e.lookup(np.zeros((1, 1, 1, 2), np.int64))),
+                                    _outcome(lambda: e.lookup(np.zeros((1, 1, 3), np.int64)))]
+        time.sleep(1.2)  # the reads' leases (1 s) run out
+        res["engram.remove"] = [_outcome(lambda: e.remove_from_store()),
+                                _outcome(lambda: e.remove_from_store(force=True)),
+                                s.batch_is_exist(e.get_store_keys())]
+        bare = S.EngramStore(0, c)
+        res["engram.no_store"] = [_outcome(lambda: bare.lookup([[[0, 0]]])),
+                                  _outcome(bare.remove_from_store),
+                                  _outcome(lambda: bare.populate([t0, t1]))]
+        bad = []
+        for sizes, dim in (([], 4), ([0], 4), ([5], 0)):
+            c2 = S.EngramStoreConfig()
+            c2.table_vocab_sizes, c2.embedding_dim = sizes, dim
+            bad.append(_outcome(lambda: S.EngramStore(0, c2)))
+        res["engram.config.bad"] = bad + [_outcome(lambda: S.EngramStore(0, c, object()))]
+        n = S.MooncakeDistributedNoFRegister()
+        res["nof"] = [n.real_register("nqn", 1, "127.0.0.1", 4420, 0, 1024, m.address),
+                      n.real_unregister_by_endpoint("nqn", 1, "127.0.0.1", 4420, m.address),
+                      _outcome(lambda: n.real_register("nqn"))[0]]
+        res["func_addr"] = [S.get_alloc_func_addr() > 0, S.get_free_func_addr() > 0]
+    finally:
+        s.close()
         m.stop()
     return res
 

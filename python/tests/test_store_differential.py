@@ -5,11 +5,14 @@
   ``MooncakeDistributedStore`` exists here with the same parameters and defaults (read from the
   pybind signature line of each docstring), except the names in ``EXPECTED_MISSING``, which
   must stay exactly that set (add a method: take it out of the set);
+- the classes beside it (buffer pools, EngramStore, the NoF register client): every public
+  name and every method's parameters and defaults;
 - behaviour without torch: store_diff_plain.py runs put sessions and ranged puts (success
-  paths and bad input), the disk-tier methods of a client without a tier, and replica
+  paths and bad input), the disk-tier methods of a client without a tier, replica
   copy/move tasks and batch_replica_clear on two clients (codes, task states and messages,
-  where the replicas end up; task ids only by shape) on both, and every result must be the
-  same;
+  where the replicas end up; task ids only by shape), buffer pools (lease sizes, capacity,
+  waits, errors), EngramStore (populate, lookup results, removal, bad input) and the NoF
+  register client on both, and every result must be the same;
 - behaviour: store_diff_driver.py runs one call sequence of the methods added from Mooncake
   (``*_with_tp``, ``*_with_parallelism``, safetensors files, ``put_from_with_metadata``, the CUDA
   reads), success paths and bad input, on both (Mooncake's master and client inside a private
@@ -37,13 +40,12 @@ PLAIN_DRIVER = os.path.join(HERE, "store_diff_plain.py")
 MC_PY = os.environ.get("TIDEWIRE_MOONCAKE_PYTHON",
                        os.path.join(REPO, ".venv-mooncake", "bin", "python"))
 
-#: Mooncake's names tidewire does not have, and why: the buffer pools, EngramStore and the
-#: NoF-register client are separate Mooncake components.
-EXPECTED_MISSING = {
-    "BufferLease", "BufferLeaseView", "BufferPool", "EngramStore", "EngramStoreConfig",
-    "MooncakeDistributedNoFRegister", "RegisteredBufferLease", "RegisteredBufferLeaseView",
-    "RegisteredBufferPool", "get_alloc_func_addr", "get_free_func_addr",
-}
+#: Mooncake's names tidewire does not have (none now).
+EXPECTED_MISSING: set = set()
+
+#: Module-level classes whose public methods (and ``__init__``) are compared like the store's.
+EXTRA_CLASSES = ["BufferPool", "BufferLease", "BufferLeaseView", "EngramStore",
+                 "EngramStoreConfig", "MooncakeDistributedNoFRegister"]
 
 #: Signatures that differ from Mooncake's, kept as a set so that a fix (or a new difference)
 #: shows: client.py's remove_by_regex names its first parameter ``pattern``, Mooncake's
@@ -57,6 +59,10 @@ print(json.dumps({
     "module": sorted(n for n in dir(s) if not n.startswith("_")),
     "methods": {n: (getattr(C, n).__doc__ or "").split("\n", 1)[0]
                 for n in dir(C) if not n.startswith("_")},
+    "classes": {c: {n: (getattr(getattr(s, c), n).__doc__ or "").split("\n", 1)[0]
+                    for n in dir(getattr(s, c))
+                    if not n.startswith("_") or n in ("__init__", "__enter__", "__exit__")}
+                for c in %r},
 }))
 """
 
@@ -64,7 +70,8 @@ print(json.dumps({
 def mooncake_surface():
     if not os.path.exists(MC_PY):
         pytest.skip(f"no Mooncake interpreter at {MC_PY}")
-    out = subprocess.run([MC_PY, "-c", _SURFACE], capture_output=True, text=True, timeout=120,
+    out = subprocess.run([MC_PY, "-c", _SURFACE % (EXTRA_CLASSES,)], capture_output=True,
+                         text=True, timeout=120,
                          env=dict(os.environ, GLOG_minloglevel="3"))
     if out.returncode != 0:
         pytest.skip(f"mooncake.store does not import: {out.stderr[-300:]}")
@@ -157,6 +164,43 @@ def test_surface_matches_mooncake():
         f"{sorted(EXPECTED_MISSING - missing)}")
 
 
+def test_extra_classes_match_mooncake():
+    """The buffer pools, EngramStore and the NoF register client: every public name of each
+    class exists here, and every method has Mooncake's parameters and defaults."""
+    import tidewire.store as tw
+
+    surface = mooncake_surface()
+    problems = []
+    for cls, members in sorted(surface["classes"].items()):
+        ours_cls = getattr(tw, cls)
+        for name, line in sorted(members.items()):
+            ours = getattr(ours_cls, name, None)
+            if ours is None:
+                problems.append(f"{cls}.{name}: missing")
+                continue
+            params = pybind_params(line, name)
+            if params is None:
+                continue  # a property or attribute (no signature line)
+            sig = inspect.signature(ours)
+            got = [p for p in sig.parameters.values() if p.name != "self"]
+            if len(got) != len(params) or not all(
+                    re.fullmatch(r"arg\d+", m) or m == p.name for p, (m, _) in zip(got, params)):
+                problems.append(f"{cls}.{name}: parameters {[p.name for p in got]}, Mooncake "
+                                f"{[p for p, _ in params]}")
+                continue
+            for p, (m, mc_default) in zip(got, params):
+                has = p.default is not inspect.Parameter.empty
+                if mc_default is None and has:
+                    problems.append(f"{cls}.{name}.{p.name}: has a default, Mooncake's none")
+                elif mc_default is not None and (not has or mc_default != repr(p.default)):
+                    problems.append(f"{cls}.{name}.{p.name}: default "
+                                    f"{p.default if has else 'none'}, Mooncake {mc_default}")
+                if re.fullmatch(r"arg\d+", m) and p.kind is not p.POSITIONAL_ONLY:
+                    problems.append(f"{cls}.{name}.{p.name}: Mooncake's is positional only")
+    assert not problems, "\n".join(problems)
+    assert len(surface["classes"]) == len(EXTRA_CLASSES)
+
+
 def _torch_path():
     try:
         import torch
@@ -226,5 +270,7 @@ def test_put_sessions_match_mooncake():
     assert mc["ranges"] == [4608, 100] and mc["end"] == [0, -600], mc
     assert mc["copy.done"][0] == 3 and mc["move.where"] == [["b"], True, True], mc
     assert mc["clear.seg"] == ["t1"] and mc["clear.all"] == ["t3", "t2"], mc
+    assert mc["lease"][0] == 1000 and mc["exhausted"][3] == 2 << 20, mc
+    assert mc["engram.populate"][1] is None and mc["engram.remove"][0] == 2, mc
     diffs = [f"{k}: mooncake {mc[k]} / tidewire {tw.get(k)}" for k in mc if mc[k] != tw.get(k)]
     assert not diffs, "\n".join(diffs)

@@ -44,9 +44,20 @@ Every call into the library releases the GIL (ctypes), so threads overlap their 
 
 from types import ModuleType
 
+from .mooncake_store.buffer_pool import (
+    BufferLease,
+    BufferLeaseView,
+    BufferPool,
+    RegisteredBufferLease,
+    RegisteredBufferLeaseView,
+    RegisteredBufferPool,
+)
 from .mooncake_store.client import MAX_KEY_LEN as MAX_KEY_LEN
 from .mooncake_store.client import MooncakeDistributedStore
 from .mooncake_store.config import ObjectDataType, ReplicateConfig, SoftPinAction
+from .mooncake_store.engram import EngramStore, EngramStoreConfig
+from .mooncake_store.host_memory import get_alloc_func_addr, get_free_func_addr
+from .mooncake_store.nof_register import MooncakeDistributedNoFRegister
 from .mooncake_store.parallel import ParallelAxis, ReadTarget, TensorParallelism
 from .mooncake_store.tasks import QueryTaskResponse, TaskStatus, TaskType
 from .mooncake_store.values import (
@@ -65,6 +76,9 @@ __all__ = [
     "ObjectDataType", "ReplicaDescriptor", "MemoryDescriptor", "Descriptor", "DiskDescriptor",
     "ReplicaStatus", "MooncakeHostMemAllocator", "bind_to_numa_node", "ParallelAxis",
     "TensorParallelism", "ReadTarget", "TaskType", "TaskStatus", "QueryTaskResponse",
+    "BufferPool", "BufferLease", "BufferLeaseView", "RegisteredBufferPool",
+    "RegisteredBufferLease", "RegisteredBufferLeaseView", "EngramStore", "EngramStoreConfig",
+    "MooncakeDistributedNoFRegister", "get_alloc_func_addr", "get_free_func_addr",
 ]
 
 # Mooncake's module exports its enums' members too (``export_values``); where two enums share

@@ -78,6 +78,8 @@ class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin
         self._pool_lock = threading.Lock()
         self._hostname = ""
         self._dummy: Optional[DummyLink] = None
+        # setup()'s local_buffer_size: the capacity a BufferPool over this client starts from.
+        self._local_buffer_size = 0
 
     # ---------------------------------------------------------------- lifecycle
     def setup(self, *args: Any, **kwargs: Any) -> int:
@@ -139,6 +141,7 @@ class MooncakeDistributedStore(ParallelTensorMixin, SafetensorMixin, ExtrasMixin
                 raise ValueError(f"Invalid FileStorage configuration: {self.last_error}")
             return rc
         self._h = h
+        self._local_buffer_size = local
         name = _core.hostname(h)
         if name is not None:
             self._hostname = name

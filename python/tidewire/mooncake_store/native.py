@@ -368,3 +368,21 @@ def query_task(h: Handle, hi: int, lo: int) -> Tuple[int, Optional[TaskInfoC]]:
     info = TaskInfoC()
     rc = _ffi.lib().tw_store_query_task(h, hi, lo, byref(info))
     return from_c(rc), (info if rc == 0 else None)
+
+
+def host_function_address(name: str) -> int:
+    """Address of the exported function ``name`` (``tw_store_host_alloc``/``_free``)."""
+    addr = ctypes.cast(getattr(_ffi.lib(), name), c_void_p).value
+    if not addr:
+        raise RuntimeError(f"{name} is not exported by the library")
+    return int(addr)
+
+
+def host_alloc(size: int, alignment: int) -> int:
+    """``tw_store_host_alloc_aligned``: the address, or 0."""
+    return int(_ffi.lib().tw_store_host_alloc_aligned(size, alignment) or 0)
+
+
+def host_free(ptr: int) -> None:
+    """``tw_store_host_free`` (0 is NULL: nothing)."""
+    _ffi.lib().tw_store_host_free(ptr or None)

@@ -167,5 +167,8 @@ STORE_SIGNATURES = {
         [c_void_p, c_char_p, c_size_t, c_char_p, c_char_p, _p(c_uint64)], c_int32
     ),
     "tw_store_query_task": ([c_void_p, c_uint64, c_uint64, _p(TaskInfoC)], c_int32),
+    "tw_store_host_alloc": ([c_size_t], c_void_p),
+    "tw_store_host_alloc_aligned": ([c_size_t, c_size_t], c_void_p),
+    "tw_store_host_free": ([c_void_p], None),
 }
 del _p, _keys, _lens

@@ -13,6 +13,7 @@
 #[macro_use]
 mod args;
 pub mod codes;
+mod host_memory;
 mod multi;
 mod put_sessions;
 mod segments;
