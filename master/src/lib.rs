@@ -619,6 +619,9 @@ impl Master {
         };
         for id in silent {
             if self.segs.suspend_client(id) {
+                self.metrics
+                    .clients_suspended
+                    .fetch_add(1, Ordering::Relaxed);
                 tw_log!(
                     tidewire::log::Level::Warn,
                     "master: client {id:#x} missed its heartbeats; no new placements on its \
@@ -628,6 +631,7 @@ impl Master {
             }
         }
         for id in expired {
+            self.metrics.clients_dropped.fetch_add(1, Ordering::Relaxed);
             // Promotions' memory was in its segments, unmounted below.
             let _ = self.offloads.forget(id);
             let (disks, segs): (Vec<u32>, Vec<u32>) = self
