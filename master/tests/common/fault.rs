@@ -41,6 +41,8 @@ impl MasterProc {
                 "--enable_metric_reporting=true",
             ])
             .args(extra)
+            // Info: the journal's snapshots are logged.
+            .env("TW_LOG_LEVEL", "info")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -224,4 +226,126 @@ pub fn check(
         }
     }
     missing
+}
+
+/// Three (or more) HA masters with the journal on, one etcd, and what a failover took.
+pub struct HaCluster {
+    /// The etcd they share.
+    pub etcd: Etcd,
+    /// The masters running now.
+    pub masters: Vec<MasterProc>,
+    /// Leader lease, seconds.
+    pub ttl: u64,
+}
+
+/// One failover as a client saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct Failover {
+    /// From the loss to a new leader's address in etcd.
+    pub elected: Duration,
+    /// From the loss to the first acknowledged put.
+    pub first_put: Duration,
+}
+
+impl HaCluster {
+    /// `n` masters on a new etcd, a leader elected.
+    pub fn start(n: usize, ttl: u64) -> HaCluster {
+        let etcd = Etcd::single();
+        let masters = (0..n).map(|_| MasterProc::ha(&etcd, ttl)).collect();
+        let c = HaCluster { etcd, masters, ttl };
+        wait_for(Duration::from_secs(10), "a leader", || leader(&c.etcd));
+        c
+    }
+
+    /// `etcd://...` for clients.
+    pub fn url(&self) -> String {
+        self.etcd.url()
+    }
+
+    /// The leading master (as etcd names it), waiting until it serves.
+    pub fn leader(&self) -> &MasterProc {
+        let (addr, _) = wait_for(Duration::from_secs(60), "a leader", || leader(&self.etcd));
+        self.masters
+            .iter()
+            .find(|m| m.addr == addr)
+            .expect("the leader is one of ours")
+    }
+
+    /// Waits for the first put of `probe` through `c` to be acknowledged; how long it took.
+    fn first_put(c: &StoreClient, probe: &str, limit: Duration) -> Duration {
+        let t0 = Instant::now();
+        let v = value(probe, 64);
+        loop {
+            let rc = c.put_values(&[(probe, &[&v[..]])], false, &WriteConfig::default())[0];
+            if rc == code::OK || rc == code::OBJECT_ALREADY_EXISTS {
+                return t0.elapsed();
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "no put acknowledged within {limit:?} (last {rc})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILLs the leader, starts a replacement master (as a supervisor would; it comes up
+    /// as a standby) and measures until a new leader and the first put of `probe` through `c`.
+    pub fn kill_leader(&mut self, c: &StoreClient, probe: &str) -> Failover {
+        let old = self.leader().addr.clone();
+        let i = self.masters.iter().position(|m| m.addr == old).unwrap();
+        let t0 = Instant::now();
+        drop(self.masters.remove(i)); // SIGKILL
+        self.masters.push(MasterProc::ha(&self.etcd, self.ttl));
+        let limit = Duration::from_secs(60);
+        let (_, _) = wait_for(limit, "a new leader", || {
+            leader(&self.etcd).filter(|l| *l != old)
+        });
+        let elected = t0.elapsed();
+        let rest = Self::first_put(c, probe, limit);
+        Failover {
+            elected,
+            first_put: elected + rest,
+        }
+    }
+
+    /// SIGKILLs every master at once, then starts `n` new ones; measured from their start.
+    pub fn cold_restart(&mut self, n: usize, c: &StoreClient, probe: &str) -> Failover {
+        self.masters.clear(); // SIGKILL each
+        // The old leader's lease must run out before anyone can win.
+        let t0 = Instant::now();
+        self.masters = (0..n)
+            .map(|_| MasterProc::ha(&self.etcd, self.ttl))
+            .collect();
+        let names: Vec<String> = self.masters.iter().map(|m| m.addr.clone()).collect();
+        let limit = Duration::from_secs(120);
+        wait_for(limit, "a leader among the new masters", || {
+            leader(&self.etcd).filter(|l| names.contains(l))
+        });
+        let elected = t0.elapsed();
+        let rest = Self::first_put(c, probe, limit);
+        Failover {
+            elected,
+            first_put: elected + rest,
+        }
+    }
+
+    /// What the leader logged when it rebuilt its state from the journal.
+    pub fn restored_line(&self) -> String {
+        self.leader()
+            .log_lines("from the journal")
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// etcd's database size and the part of it in use, bytes (`/v3/maintenance/status`).
+    pub fn etcd_db_size(&self) -> (u64, u64) {
+        let c = EtcdClient::new(&self.etcd.endpoints(), Duration::from_secs(5)).unwrap();
+        let v = c
+            .call("/v3/maintenance/status", &serde_json::json!({}))
+            .unwrap();
+        (
+            tidewire::etcd::int(&v["dbSize"]) as u64,
+            tidewire::etcd::int(&v["dbSizeInUse"]) as u64,
+        )
+    }
 }
