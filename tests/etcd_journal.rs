@@ -228,3 +228,45 @@ fn a_fenced_writer_fails_every_commit() {
     assert!(w.failure().is_some());
     assert_eq!(recover(&c, &prefix).unwrap().0.records, vec!["set a 1"]);
 }
+
+#[test]
+fn compaction_compacts_etcd_history_one_snapshot_behind() {
+    let (_etcd, c, prefix, fence) = setup("history");
+    let (mut j, _) = Journal::open(c.clone(), &prefix, fence).unwrap();
+    let old_at = |rev: i64| {
+        c.call(
+            "/v3/kv/range",
+            &serde_json::json!({"key": tidewire::etcd::b64(b"x"), "revision": rev.to_string()}),
+        )
+    };
+    j.append(&[record(1)]).unwrap();
+    let (_, first) = c.get(b"x").unwrap();
+    j.compact("snap-1").unwrap();
+    // One compaction keeps etcd's history: what it deleted is still there at old revisions.
+    assert!(old_at(first).is_ok());
+    j.append(&[record(2)]).unwrap();
+    j.compact("snap-2").unwrap();
+    assert_eq!(j.snapshot_bytes(), 6);
+    // The second drops the history before the first ended.
+    let err = old_at(first).unwrap_err();
+    assert!(err.message().contains("compacted"), "{err}");
+    let (r, _) = recover(&c, &prefix).unwrap();
+    assert_eq!(r.snapshot.as_deref(), Some("snap-2"));
+    // A compaction etcd already made (its own --auto-compaction-retention) counts as done.
+    let (_, now) = c.get(b"x").unwrap();
+    c.compact(now).unwrap();
+    c.compact(now - 1).unwrap();
+}
+
+#[test]
+fn the_snapshot_limits_grow_with_the_snapshot() {
+    let p = CompactPolicy {
+        max_batches: 10,
+        max_bytes: 100,
+    };
+    assert!(!p.due(9, 99, 0));
+    assert!(p.due(10, 0, 0) && p.due(0, 100, 50));
+    // A 1000-byte snapshot: ten times both limits.
+    assert!(!p.due(99, 999, 1000));
+    assert!(p.due(100, 0, 1000) && p.due(0, 1000, 1000));
+}

@@ -672,6 +672,9 @@ impl Master {
         };
         for id in silent {
             if self.segs.suspend_client(id) {
+                self.metrics
+                    .clients_suspended
+                    .fetch_add(1, Ordering::Relaxed);
                 tw_log!(
                     tidewire::log::Level::Warn,
                     "master: client {id:#x} missed its heartbeats; no new placements on its \
@@ -681,6 +684,7 @@ impl Master {
             }
         }
         for id in expired {
+            self.metrics.clients_dropped.fetch_add(1, Ordering::Relaxed);
             // Promotions' memory was in its segments, unmounted below.
             let _ = self.offloads.forget(id);
             self.tasks

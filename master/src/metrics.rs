@@ -28,6 +28,10 @@ pub struct Metrics {
     micros: [AtomicU64; OPS.len()],
     /// Eviction passes that freed something.
     pub evictions: AtomicU64,
+    /// Clients suspended for missing their heartbeats (`--client_ttl`).
+    pub clients_suspended: AtomicU64,
+    /// Clients dropped with their segments (`--client_ttl` plus `--client_grace_sec`).
+    pub clients_dropped: AtomicU64,
     /// Mooncake's families ([`Metrics::observe`]).
     pub mooncake: MooncakeCounters,
 }
@@ -88,6 +92,16 @@ impl Metrics {
             s,
             "# HELP tidewire_master_evictions_total Eviction passes\n# TYPE tidewire_master_evictions_total counter\ntidewire_master_evictions_total {}",
             self.evictions.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "# HELP tidewire_master_clients_suspended_total Clients that missed their heartbeats for --client_ttl (no new placements until they ping)\n# TYPE tidewire_master_clients_suspended_total counter\ntidewire_master_clients_suspended_total {}",
+            self.clients_suspended.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            s,
+            "# HELP tidewire_master_clients_dropped_total Clients dropped with their segments and objects after --client_ttl plus --client_grace_sec of silence\n# TYPE tidewire_master_clients_dropped_total counter\ntidewire_master_clients_dropped_total {}",
+            self.clients_dropped.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             s,

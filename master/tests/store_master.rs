@@ -121,6 +121,16 @@ fn leases_pins_and_eviction() {
     );
 }
 
+/// A counter of the master's metrics.
+fn counted(m: &Master, name: &str) -> u64 {
+    let text = m.metrics_text();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .unwrap();
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
 #[test]
 fn validation_and_client_expiry() {
     let cfg = MasterConfig {
@@ -158,6 +168,7 @@ fn validation_and_client_expiry() {
         std::thread::sleep(Duration::from_millis(60));
     }
     assert_eq!(get(&m, "on-a").code, code::OBJECT_NOT_FOUND);
+    assert_eq!(counted(&m, "tidewire_master_clients_dropped_total"), 1);
     assert_eq!(
         m.handle(Request::Ping { client_id: 1 }),
         Some(Reply::Pong { remount: true })
@@ -411,6 +422,8 @@ fn a_client_back_within_the_grace_keeps_its_objects() {
         std::thread::sleep(Duration::from_millis(60));
     }
     assert_eq!(get(&m, "on-a").code, 0, "kept during the grace");
+    assert_eq!(counted(&m, "tidewire_master_clients_suspended_total"), 1);
+    assert_eq!(counted(&m, "tidewire_master_clients_dropped_total"), 0);
     let st = start(&m, "new", 100, true, on_a.clone());
     assert_eq!(
         st.replicas[0].endpoint, "b:1",
@@ -433,6 +446,7 @@ fn a_client_back_within_the_grace_keeps_its_objects() {
         std::thread::sleep(Duration::from_millis(60));
     }
     assert_eq!(get(&m, "on-a").code, code::OBJECT_NOT_FOUND);
+    assert_eq!(counted(&m, "tidewire_master_clients_dropped_total"), 1);
     assert_eq!(
         m.handle(Request::Ping { client_id: 1 }),
         Some(Reply::Pong { remount: true })

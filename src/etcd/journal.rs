@@ -15,6 +15,11 @@
 //! [`MAX_VALUE`] bytes before base64) and uses a handful of operations (the limit is 128). A
 //! snapshot makes the log it covers and the previous snapshot garbage; [`Journal::compact`]
 //! deletes them, so what the journal holds stays near one snapshot plus the batches since.
+//! Deleted keys keep their old versions in etcd's history until etcd compacts it, so each
+//! compaction also compacts etcd's history up to the revision the previous one ended at: the
+//! database stays near two snapshots and the log between them, without etcd's
+//! `--auto-compaction-retention` (history newer than the previous snapshot is kept, for
+//! watchers that lag).
 
 use super::{EtcdClient, b64, int, prefix_end};
 use crate::error::{Error, ErrorKind, Result};
@@ -61,6 +66,10 @@ pub struct Journal {
     /// Batches since the current snapshot and their bytes.
     batches: u64,
     bytes: u64,
+    /// etcd's revision when the last compaction ended: history before it goes at the next.
+    compact_to: Option<i64>,
+    /// Bytes of the last snapshot written.
+    snapshot_bytes: u64,
 }
 
 fn seq_key(prefix: &str, seq: u64) -> String {
@@ -277,6 +286,8 @@ impl Journal {
             next_seq,
             batches: rec.batches,
             bytes,
+            compact_to: None,
+            snapshot_bytes: rec.snapshot.as_ref().map_or(0, |s| s.len() as u64),
         };
         Ok((j, rec))
     }
@@ -284,6 +295,11 @@ impl Journal {
     /// Batches and bytes appended since the last snapshot (for deciding when to compact).
     pub fn backlog(&self) -> (u64, u64) {
         (self.batches, self.bytes)
+    }
+
+    /// Bytes of the current snapshot (0 before the first).
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.snapshot_bytes
     }
 
     fn fence_cmp(&self) -> Value {
@@ -416,6 +432,13 @@ impl Journal {
         let snaps = self.prefix.clone() + "snap/";
         self.client
             .delete_range(snaps.as_bytes(), snap_prefix.as_bytes())?;
+        self.snapshot_bytes = snapshot.len() as u64;
+        // etcd's history: what the previous compaction deleted (and everything before) goes
+        // now; what this one deleted goes at the next.
+        let (_, now) = self.client.get(format!("{}head", self.prefix).as_bytes())?;
+        if let Some(rev) = self.compact_to.replace(now) {
+            self.client.compact(rev)?;
+        }
         Ok(())
     }
 }

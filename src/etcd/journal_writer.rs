@@ -17,13 +17,26 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-/// When to replace the log by a snapshot.
+/// When to replace the log by a snapshot. Both limits grow with the snapshot: once it is
+/// larger than `max_bytes`, they are multiplied by (snapshot bytes / `max_bytes`), so a large
+/// state is not rewritten whole for every small stretch of log (writing snapshots then costs
+/// about as much as the log itself, and a successor reads at most about twice the snapshot).
 #[derive(Debug, Clone, Copy)]
 pub struct CompactPolicy {
     /// Batches since the last snapshot.
     pub max_batches: u64,
     /// Bytes of batches since the last snapshot.
     pub max_bytes: u64,
+}
+
+impl CompactPolicy {
+    /// Whether `batches` and `bytes` of log since a snapshot of `snapshot` bytes call for a
+    /// new snapshot.
+    pub fn due(&self, batches: u64, bytes: u64, snapshot: u64) -> bool {
+        let scale = (snapshot / self.max_bytes.max(1)).max(1);
+        batches >= self.max_batches.saturating_mul(scale)
+            || bytes >= self.max_bytes.saturating_mul(scale)
+    }
 }
 
 impl Default for CompactPolicy {
@@ -112,8 +125,19 @@ impl Shared {
             self.done.notify_all();
             drop(q);
             let (batches, bytes) = journal.backlog();
-            if batches >= policy.max_batches || bytes >= policy.max_bytes {
-                if let Err(e) = journal.compact(&snapshot()) {
+            if policy.due(batches, bytes, journal.snapshot_bytes()) {
+                let t0 = std::time::Instant::now();
+                let snap = snapshot();
+                let taken = t0.elapsed();
+                let result = journal.compact(&snap);
+                tw_log!(
+                    Level::Info,
+                    "journal: snapshot of {} bytes (taken in {taken:?}, written in {:?}) \
+                     replaces {batches} batches of {bytes} bytes",
+                    snap.len(),
+                    t0.elapsed() - taken
+                );
+                if let Err(e) = result {
                     tw_log!(Level::Warn, "journal: compaction failed: {e}");
                     if is_fenced(&e) {
                         self.lock().failed = Some(e);

@@ -13,3 +13,4 @@ pub mod requests;
 #[path = "../../../tests/common/ports.rs"]
 mod ports;
 pub use ports::{free_port, restartable_port};
+pub mod fault;

@@ -46,12 +46,15 @@ fn take_over(master: &Arc<Master>, ha: &HaFlags, key: &str, view: i64) -> Result
         key: key.to_string(),
         create_revision: view,
     };
+    let t0 = std::time::Instant::now();
     let (journal, rec) =
         Journal::open(client, &journal_prefix(ha), fence).map_err(|e| e.to_string())?;
+    let read = t0.elapsed();
     let (segs, objs) = master.restore(&rec)?;
     eprintln!(
-        "tidewire-master: restored {segs} segment(s) and {objs} object(s) from the journal ({} record(s) after the snapshot)",
-        rec.records.len()
+        "tidewire-master: restored {segs} segment(s) and {objs} object(s) from the journal ({} record(s) after the snapshot; read in {read:?}, rebuilt in {:?})",
+        rec.records.len(),
+        t0.elapsed() - read
     );
     let m = master.clone();
     let writer = JournalWriter::start(
