@@ -732,8 +732,8 @@ const K8S: &str = "tidewire's HA elects through etcd only (--ha_backend_type=etc
     K8s backend";
 const TENANTS: &str = "tidewire has no tenants (namespaces, quotas); all clients share one key \
     space";
-const TASKS: &str = "tidewire-master has no task manager (no master-driven copy or move \
-    tasks); nothing to bound";
+const TASKS: &str = "tidewire-master's copy and move tasks keep Mooncake's defaults (10 tries, \
+    10,000 pending and 10,000 finished tasks, 300 s timeouts), which are not configurable yet";
 
 /// The kinds of refused rows, so that `--name value` takes its value as Mooncake's would.
 const BOOL: &Kind = &Kind::Bool;

@@ -353,7 +353,7 @@ fn refused_flags_name_the_flag_and_why() {
         ),
         (
             "--max_total_pending_tasks=10000",
-            "--max_total_pending_tasks: tidewire-master has no task manager",
+            "--max_total_pending_tasks: tidewire-master's copy and move tasks keep Mooncake's defaults",
         ),
         (
             "--nof_eviction_ratio=0.05",
