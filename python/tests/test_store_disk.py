@@ -368,3 +368,74 @@ def test_a_reader_that_cannot_reach_the_disk_gets_the_value_through_its_owner(ti
             far.close()
         owner.close()
         m.stop()
+
+
+def test_dummy_clients_read_and_write_through_a_real_client_with_a_tier(tier):
+    """Mooncake's standalone mode: one real client (``tidewire.store_server``, as
+    ``mooncake_client --enable_offload``) owns the segment and the tier; a dummy client in
+    this process writes 3x the segment and reads every value back, most from disk."""
+    m = Master("--enable_offload=true", "--offload_on_evict=true")
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    real = subprocess.Popen(
+        [sys.executable, "-m", "tidewire.store_server", "--master_server_address", m.address,
+         "--port", "0", "--global_segment_size", "16mb", "--enable_offload", "true",
+         "--ssd_offload_path", tier],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    d = MooncakeDistributedStore()
+    try:
+        line = real.stdout.readline()
+        assert line, real.stderr.read()[-500:]
+        address = json.loads(line)["address"]
+        assert d.setup_dummy(16 * MiB, 16 * MiB, address) == 0
+        keys = {f"d{i}": [2000 + i, 512 << 10] for i in range(96)}
+        assert [d.put(k, value(*v)) for k, v in keys.items()] == [0] * 96
+        settled(m)
+        assert metric(m, "offload_written_total") > 0
+        assert [k for k, v in keys.items() if d.get(k) != value(*v)] == []
+        got = d.batch_get_buffer(list(keys)[:8])
+        assert [bytes(b) for b in got] == [value(*keys[k]) for k in list(keys)[:8]]
+    finally:
+        d.close()
+        real.send_signal(signal.SIGKILL)
+        real.wait(timeout=10)
+        m.stop()
+
+
+_READER = r"""
+import sys
+from tidewire.store import MooncakeDistributedStore
+s = MooncakeDistributedStore()
+assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 64 << 20, "tcp", "", sys.argv[1]) == 0
+keys = sys.argv[2:]
+print("reading", flush=True)
+while True:
+    s.batch_get_buffer(keys)
+"""
+
+
+def test_a_reader_killed_mid_read_of_disk_objects_changes_nothing(tier):
+    m = Master("--enable_offload=true", "--offload_on_evict=true")
+    owner = Owner(m, tier, segment=16 * MiB)
+    try:
+        keys = {f"k{i}": [3000 + i, 2 * MiB] for i in range(32)}
+        assert owner.do(op="put", keys=keys)["codes"] == [0] * 32
+        settled(m)
+        before = sorted((f, os.path.getsize(f)) for f in glob.glob(os.path.join(tier, "*.twd")))
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+        oldest = list(keys)[:12]
+        for _ in range(3):
+            r = subprocess.Popen([sys.executable, "-c", _READER, m.address, *oldest],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                 env=env)
+            assert r.stdout.readline().strip() == "reading"
+            time.sleep(0.3)
+            r.send_signal(signal.SIGKILL)
+            r.wait(timeout=10)
+        after = sorted((f, os.path.getsize(f)) for f in glob.glob(os.path.join(tier, "*.twd")))
+        assert after == before, "reads never change the files"
+        assert owner.do(op="check", keys=keys)["bad"] == []
+        # The keys are removed as usual (the dead readers hold nothing on the files).
+        assert wait_until(lambda: owner.do(op="remove", keys=oldest)["codes"] == [0] * 12, 20)
+    finally:
+        owner.close()
+        m.stop()

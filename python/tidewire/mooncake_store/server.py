@@ -180,6 +180,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--protocol", default="tcp")
     ap.add_argument("--device_name", default="")
     ap.add_argument("--master_server_address", default=_store_setup.DEFAULT_MASTER_ADDRESS)
+    ap.add_argument("--enable_offload", default="false",
+                    help="a disk tier for this client's objects (mooncake_client's flag)")
+    ap.add_argument("--ssd_offload_path", default="",
+                    help="the tier's directory (else MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)")
     args = ap.parse_args(argv)
     store = MooncakeDistributedStore()
     try:
@@ -187,8 +191,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         buf = _store_setup.parse_size(args.local_buffer_size, "--local_buffer_size")
     except ValueError as e:
         ap.error(str(e))
-    rc = store.setup(args.local_hostname, args.metadata_server, seg, buf, args.protocol,
-                     args.device_name, args.master_server_address)
+    disk = {}
+    if _store_setup.parse_flag(args.enable_offload):
+        disk = {"enable_ssd_offload": True, "ssd_offload_path": args.ssd_offload_path}
+    try:
+        rc = store.setup(args.local_hostname, args.metadata_server, seg, buf, args.protocol,
+                         args.device_name, args.master_server_address, **disk)
+    except ValueError as e:
+        print(f"tidewire-store-server: {e}", file=sys.stderr)
+        return 1
     if rc != 0:
         print(f"tidewire-store-server: setup failed ({rc}): {getattr(store, 'last_error', '')}",
               file=sys.stderr)
