@@ -922,6 +922,8 @@ def parse(argv):
         "disk_tier-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())))
     ap.add_argument("--table", metavar="RESULT_JSON",
                     help="print the tables of an earlier run's result.json and exit")
+    ap.add_argument("--plot", nargs=2, metavar=("RESULT_JSON", "PNG"),
+                    help="draw the multi-round workload of an earlier run (matplotlib) and exit")
     ap.add_argument("--in-namespace", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
@@ -936,11 +938,37 @@ def parse(argv):
     return args
 
 
+def plot(result_json, png):
+    """The multi-round workload, per round: re-read hits and get time, each store a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(result_json) as f:
+        work = json.load(f)["summary"]["workload"]
+    fig, (hits, gets) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, w in work.items():
+        rows = [r for r in w["rounds"] if r.get("hit_fraction") is not None]
+        rounds = [r["round"] for r in rows]
+        hits.plot(rounds, [100 * r["hit_fraction"] for r in rows], marker="o", label=name)
+        gets.plot(rounds, [r["get_s"] for r in rows], marker="o", label=name)
+    hits.set(title="re-reads that hit (%)", xlabel="round", ylim=(0, 105))
+    gets.set(title="get time per round (s)", xlabel="round")
+    hits.legend()
+    fig.suptitle("working set growing to 4x a 256 MiB DRAM segment")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":
         worker_main(json.loads(sys.argv[2]))
         return
     args = parse(sys.argv[1:])
+    if args.plot:
+        plot(*args.plot)
+        return
     if args.table:
         with open(args.table) as f:
             res = json.load(f)
