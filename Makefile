@@ -148,7 +148,7 @@ serving-test: build
 	@[ -x .venv-serving/bin/python ] || scripts/setup_serving_venv.sh
 	@[ -x $(PY) ] || scripts/setup_mooncake_venv.sh
 	TIDEWIRE_REQUIRE_SERVING=1 TIDEWIRE_SERVING_PYTHON=$$PWD/.venv-serving/bin/python TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python:python/tests $(PY) -m pytest -q -s python/tests/serving
-	TIDEWIRE_REQUIRE_SERVING=1 TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python:python/tests .venv-serving/bin/python -m pytest -q python/tests/test_store_tensor.py
+	TIDEWIRE_REQUIRE_SERVING=1 TIDEWIRE_LIB=$$PWD/$(LIB) PYTHONPATH=python:python/tests .venv-serving/bin/python -m pytest -q python/tests/test_store_tensor.py python/tests/test_store_differential.py
 
 ## Interop runs inside a private network namespace: Mooncake's listeners bind all addresses.
 interop: build
