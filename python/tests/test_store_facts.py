@@ -14,8 +14,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def header_store_codes():
+    """The header's TW_STORE_* codes (0 and the negative numbers; positive defines are limits and
+    sizes, not codes)."""
     text = open(os.path.join(ROOT, "include", "tidewire.h")).read()
-    return {name: int(v) for name, v in re.findall(r"#define TW_STORE_([A-Z_]+) (-?\d+)", text)}
+    return {name: int(v) for name, v in re.findall(r"#define TW_STORE_([A-Z_]+) (-?\d+)", text)
+            if int(v) <= 0}
 
 
 def test_store_error_codes_match_the_header():

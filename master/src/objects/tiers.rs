@@ -143,6 +143,7 @@ impl Objects {
         }
         let size = c.size;
         self.emit(|| Record::put(&d.key, size, segs.named(&[into]), hard_pin));
+        self.kv_stored(&d.key, Medium::Cpu);
         true
     }
 
@@ -228,17 +229,18 @@ impl Objects {
             c.replicas = r;
         }
         segs.disk_added(disk, c.size);
+        self.kv_stored(&d.key, Medium::Disk);
         if d.evict && c.holds.is_empty() {
             let key = d.key.as_str();
-            return self.demote(c, segs, || self.emit(|| Record::del(key)));
+            return self.demote(key, c, segs);
         }
         0
     }
 
-    /// Drops the memory replicas of `c` (which has a disk replica and no read hold); returns
-    /// the bytes freed. `journal` runs when the object left the journal (disk replicas are not
-    /// journaled).
-    pub(super) fn demote(&self, c: &mut Version, segs: &Segments, journal: impl FnOnce()) -> u64 {
+    /// Drops the memory replicas of `key`'s version `c` (which has a disk replica and no read
+    /// hold); returns the bytes freed. The object leaves the journal (disk replicas are not
+    /// journaled), and KV events say its memory copy is gone.
+    pub(super) fn demote(&self, key: &str, c: &mut Version, segs: &Segments) -> u64 {
         let freed = c.memory_bytes();
         let Some(kept) = c.replicas.kept(|r| r.on_disk()) else {
             return 0;
@@ -247,7 +249,8 @@ impl Objects {
             segs.free(r, c.size);
         }
         c.replicas = kept;
-        journal();
+        self.emit(|| Record::del(key));
+        self.kv_removed(key, Some(Medium::Cpu));
         freed
     }
 

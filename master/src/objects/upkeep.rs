@@ -224,7 +224,7 @@ impl Objects {
                     let Some(v) = o.complete.as_mut() else {
                         continue;
                     };
-                    freed += self.demote(v, segs, || self.emit(|| Record::del(key)));
+                    freed += self.demote(key, v, segs);
                     offloads.demoted.fetch_add(1, Relaxed);
                 }
                 Some(TierChoice::Offload) => {
