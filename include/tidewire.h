@@ -956,25 +956,6 @@ void tw_store_free(struct tw_store *s);
 int32_t tw_store_hostname(const struct tw_store *s, char *buf, size_t len);
 
 /*
- Mooncake's `unmount_local_disk_segment`: after `grace_period_seconds`, drops this client's
- disk tier (the master forgets its replicas, the record files are deleted). 0, or
- `TW_STORE_SEGMENT_NOT_FOUND` when the client has no tier (`tw_last_error` says why).
-
- # Safety
- `s` is NULL (`TW_STORE_INVALID_PARAMS`) or a live handle. Thread-safe.
- */
-int32_t tw_store_unmount_local_disk(const struct tw_store *s, uint32_t grace_period_seconds);
-
-/*
- Objects this client has read from disk tiers (Mooncake's `get_offload_rpc_read_count`); 0
- for NULL.
-
- # Safety
- `s` is NULL or a live handle. Thread-safe.
- */
-uint64_t tw_store_disk_read_count(const struct tw_store *s);
-
-/*
  0 healthy, 2 master unreachable.
 
  # Safety
@@ -1355,6 +1336,25 @@ int32_t tw_store_unmount_segments(const struct tw_store *s,
                                   size_t n,
                                   uint64_t grace_period_seconds,
                                   int32_t allocated);
+
+/*
+ Mooncake's `unmount_local_disk_segment`: after `grace_period_seconds`, drops this client's
+ disk tier (the master forgets its replicas, the record files are deleted). 0, or
+ `TW_STORE_SEGMENT_NOT_FOUND` when the client has no tier (`tw_last_error` says why).
+
+ # Safety
+ `s` is NULL (`TW_STORE_INVALID_PARAMS`) or a live handle. Thread-safe.
+ */
+int32_t tw_store_unmount_local_disk(const struct tw_store *s, uint32_t grace_period_seconds);
+
+/*
+ Objects this client has read from disk tiers (Mooncake's `get_offload_rpc_read_count`); 0
+ for NULL.
+
+ # Safety
+ `s` is NULL or a live handle. Thread-safe.
+ */
+uint64_t tw_store_disk_read_count(const struct tw_store *s);
 
 /*
  Starts a get session for each of `n` keys: the replicas are looked up once and this

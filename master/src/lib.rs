@@ -4,6 +4,8 @@
 //! metrics and Mooncake's inspection routes); `tidewire-master` wires them up.
 
 pub mod admin;
+mod background;
+mod config;
 pub mod durable;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -19,13 +21,15 @@ mod task_requests;
 pub mod tasks;
 mod tier_requests;
 pub mod tiering;
+mod views;
 
+pub use config::MasterConfig;
 use os_memory::give_memory_back;
 pub use os_memory::tune_allocator;
 
 use metrics::Metrics;
 use objects::Objects;
-use segments::{Segments, Strategy};
+use segments::Segments;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -36,64 +40,6 @@ use tidewire::store::proto::{
 };
 use tidewire::sync::{LockClean, RwLockClean};
 use tidewire::tw_log;
-
-/// Objects removed after which the master gives freed memory back to the OS.
-const TRIM_AFTER: u64 = 65_536;
-
-/// Sweeps (about a second apart) after a mass removal's trim within which it is repeated once,
-/// for the memory freed after it (see `Master::trim_after_removals`).
-const TRIM_FOLLOWUPS: u64 = 30;
-
-/// Master behaviour (mooncake_master's flags, same defaults).
-#[derive(Debug, Clone)]
-pub struct MasterConfig {
-    /// Read lease granted by Get/Exist (`--default_kv_lease_ttl`, 10 s).
-    pub lease_ttl: Duration,
-    /// Soft-pin TTL (`--default_kv_soft_pin_ttl`, 30 min).
-    pub soft_pin_ttl: Duration,
-    /// Whether soft-pinned objects may be evicted (`--allow_evict_soft_pinned_objects`, true).
-    pub allow_evict_soft_pinned: bool,
-    /// Usage fraction that starts eviction (`--eviction_high_watermark_ratio`, 0.90).
-    pub eviction_high_watermark: f64,
-    /// Fraction of capacity one eviction pass frees (`--eviction_ratio`, 0.05).
-    pub eviction_ratio: f64,
-    /// A client silent this long is suspended: nothing new is placed on its segments
-    /// (`--client_ttl`, 10 s).
-    pub client_ttl: Duration,
-    /// A suspended client that pings again within this grace keeps its segments and objects;
-    /// after `client_ttl + client_grace` of silence they are unmounted (`--client_grace_sec`, 10).
-    pub client_grace: Duration,
-    /// The longest a read hold lasts while its reader's heartbeats arrive (it lasts at least the
-    /// lease whatever they do) (`--max_read_hold_sec`, 120).
-    pub read_hold_max: Duration,
-    /// An unfinished write older than this is discarded (`--put_start_discard_timeout_sec`, 30).
-    pub put_start_discard_timeout: Duration,
-    /// A discarded write's space is reused after this (`--put_start_release_timeout_sec`, 600).
-    pub put_start_release_timeout: Duration,
-    /// Placement (`--allocation_strategy`, random).
-    pub strategy: Strategy,
-    /// The disk tier (`--enable_offload` and its siblings).
-    pub tier: tiering::TierConfig,
-}
-
-impl Default for MasterConfig {
-    fn default() -> Self {
-        MasterConfig {
-            lease_ttl: Duration::from_millis(10_000),
-            soft_pin_ttl: Duration::from_millis(1_800_000),
-            allow_evict_soft_pinned: true,
-            eviction_high_watermark: 0.90,
-            eviction_ratio: 0.05,
-            client_ttl: Duration::from_secs(10),
-            client_grace: Duration::from_secs(10),
-            read_hold_max: Duration::from_secs(120),
-            put_start_discard_timeout: Duration::from_secs(30),
-            put_start_release_timeout: Duration::from_secs(600),
-            strategy: Strategy::Random,
-            tier: tiering::TierConfig::default(),
-        }
-    }
-}
 
 /// The master's state. Every method is thread-safe.
 pub struct Master {
@@ -548,164 +494,6 @@ impl Master {
         }
     }
 
-    /// Background work, run every ~100 ms by the server: expires silent clients (unmounting their
-    /// segments) every tick; every 10th tick frees retired buffers, discards stale writes, ends
-    /// dead read holds and expired soft pins (walking only the shards that hold such state) and
-    /// evicts above the watermark (a scan of every object).
-    pub fn tick(&self) {
-        let n = self.ticks.fetch_add(1, Ordering::Relaxed);
-        self.expire_clients();
-        let dormant: HashSet<u32> = self
-            .segs
-            .dormant_longer_than(self.cfg.tier.dormant_ttl)
-            .into_iter()
-            .collect();
-        if !dormant.is_empty() {
-            self.unmount(&dormant);
-        }
-        if self.walk_ended.swap(false, Ordering::Relaxed) {
-            let removed = self.objs.removed_lately();
-            if removed >= TRIM_AFTER {
-                self.trim(removed);
-            }
-        }
-        if n % 10 == 0 {
-            self.sweep();
-            if self.tasks.any_open() {
-                self.tasks.expire();
-            }
-        }
-    }
-
-    /// Runs the object passes now (also what `tick` does every 10th call).
-    pub fn sweep(&self) {
-        let alive = self.heartbeating();
-        self.objs
-            .sweep(&self.segs, &self.cfg, &|c| alive.contains(&c));
-        self.trim_after_removals();
-        let (_, used, cap) = self.segs.usage();
-        if cap > 0
-            && used as f64 >= cap as f64 * self.cfg.eviction_high_watermark
-            && self.stuck_at.load(Ordering::Relaxed) != used
-        {
-            let target = (cap as f64 * self.cfg.eviction_ratio) as u64;
-            let (freed, queued) = match target {
-                0 => (0, 0),
-                t => self.objs.evict(t, &self.segs, &self.cfg, &self.offloads),
-            };
-            self.count_eviction(freed);
-            if freed + queued > 0 {
-                self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
-                self.stuck_at.store(u64::MAX, Ordering::Relaxed);
-            } else {
-                self.stuck_at.store(used, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// After a mass removal (at least [`TRIM_AFTER`] objects, and no more removed since the
-    /// previous sweep, or far more than that while removals go on), gives the memory the
-    /// allocator keeps free back to the OS. The slabs were compacted already (by the removal
-    /// walk and the sweep); what is left is the allocator's free space, mostly the freed keys.
-    /// Some of the removal's memory is freed only later: buffers retired while a read of them
-    /// could still run (freed when their hold ends) and slabs the next sweeps compact. So the
-    /// trim is repeated once nothing retired is left, or after [`TRIM_FOLLOWUPS`] sweeps.
-    fn trim_after_removals(&self) {
-        let removed = self.objs.removed_lately();
-        let seen = self.removed_seen.swap(removed, Ordering::Relaxed);
-        let settled = removed == seen;
-        if removed < TRIM_AFTER || (!settled && removed < 16 * TRIM_AFTER) {
-            // No mass removal to trim after: a follow-up of the last one may be due, though
-            // not while a removal goes on (its own trims come first).
-            let followups = self.trim_followups.load(Ordering::Relaxed);
-            if followups > 0 && settled {
-                let left = followups - 1;
-                if left == 0 || self.objs.retired_count() == 0 {
-                    self.trim_followups.store(0, Ordering::Relaxed);
-                    give_memory_back();
-                } else {
-                    self.trim_followups.store(left, Ordering::Relaxed);
-                }
-            }
-            return;
-        }
-        self.trim(removed);
-    }
-
-    /// Gives the memory freed by `removed` removals back to the OS now, and arms the follow-up.
-    fn trim(&self, removed: u64) {
-        self.objs.take_removed();
-        self.removed_seen.store(0, Ordering::Relaxed);
-        self.trim_followups.store(TRIM_FOLLOWUPS, Ordering::Relaxed);
-        let t = Instant::now();
-        give_memory_back();
-        tw_log!(
-            tidewire::log::Level::Debug,
-            "master: {removed} objects removed; freed memory given back to the OS in {:?}",
-            t.elapsed()
-        );
-    }
-
-    /// A client silent for `client_ttl` is suspended (no new placements on its segments; it
-    /// resumes when it pings); one silent for `client_ttl + client_grace` is dropped with its
-    /// segments and the objects there.
-    fn expire_clients(&self) {
-        let now = Instant::now();
-        let (silent, expired): (Vec<u64>, Vec<u64>) = {
-            let mut c = self.clients.lock_clean();
-            let silent: Vec<u64> = c
-                .iter()
-                .filter(|(_, t)| now.duration_since(**t) > self.cfg.client_ttl)
-                .map(|(id, _)| *id)
-                .collect();
-            let gone: Vec<u64> = silent
-                .iter()
-                .copied()
-                .filter(|id| {
-                    now.duration_since(c[id]) > self.cfg.client_ttl + self.cfg.client_grace
-                })
-                .collect();
-            for id in &gone {
-                c.remove(id);
-            }
-            (silent, gone)
-        };
-        for id in silent {
-            if self.segs.suspend_client(id) {
-                self.metrics
-                    .clients_suspended
-                    .fetch_add(1, Ordering::Relaxed);
-                tw_log!(
-                    tidewire::log::Level::Warn,
-                    "master: client {id:#x} missed its heartbeats; no new placements on its \
-                     segments until it pings (dropped after {:?} more)",
-                    self.cfg.client_grace
-                );
-            }
-        }
-        for id in expired {
-            self.metrics.clients_dropped.fetch_add(1, Ordering::Relaxed);
-            // Promotions' memory was in its segments, unmounted below.
-            let _ = self.offloads.forget(id);
-            self.tasks
-                .fail_client(id, "the client running the task missed its heartbeats");
-            let (disks, segs): (Vec<u32>, Vec<u32>) = self
-                .segs
-                .of_client(id)
-                .into_iter()
-                .partition(|s| s & segments::DISK_BIT != 0);
-            // A disk tier outlives its owner's process: kept, unread, for its restart.
-            disks.iter().for_each(|&d| self.segs.doze_disk(d));
-            let segs: HashSet<u32> = segs.into_iter().collect();
-            tw_log!(
-                tidewire::log::Level::Warn,
-                "master: client {id:#x} missed its heartbeats; unmounting {} segment(s)",
-                segs.len()
-            );
-            self.unmount(&segs);
-        }
-    }
-
     /// Prometheus text exposition.
     pub fn metrics_text(&self) -> String {
         let (segments, used, cap) = self.segs.usage();
@@ -736,55 +524,6 @@ impl Master {
             text.push_str(&kv.render());
         }
         text
-    }
-}
-
-/// Read-only views for the admin routes: each takes the locks it needs briefly and changes
-/// nothing (no lease, no read hold, no access time).
-impl Master {
-    /// Whether this master serves requests (`false`: an HA standby, or a leader still
-    /// rebuilding its state).
-    pub fn serving(&self) -> bool {
-        self.standby.read_clean().is_none()
-    }
-
-    /// Clients the master is tracking (heard from within `client_ttl + client_grace`).
-    pub fn client_count(&self) -> usize {
-        self.clients.lock_clean().len()
-    }
-
-    /// Objects stored (complete or in flight).
-    pub fn object_count(&self) -> usize {
-        self.objs.count()
-    }
-
-    /// Keys of complete objects: at most `max_items` keys and `max_bytes` key bytes.
-    pub fn list_keys(&self, max_items: usize, max_bytes: usize) -> objects::KeyList {
-        self.objs.list_keys(max_items, max_bytes)
-    }
-
-    /// Every complete object's key, each followed by `\n`, handed to `out` one shard's keys at
-    /// a time with no lock held (see [`objects::Objects::each_key_chunk`]).
-    pub fn each_key_chunk(
-        &self,
-        out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
-        self.objs.each_key_chunk(out)
-    }
-
-    /// One key's complete value: size, replicas, lease, pins.
-    pub fn query_key(&self, key: &str) -> Result<objects::KeyInfo, i32> {
-        self.objs.peek(key, &self.segs)
-    }
-
-    /// Every mounted segment with its usage, sorted by name.
-    pub fn segment_details(&self) -> Vec<segments::SegmentInfo> {
-        self.segs.details()
-    }
-
-    /// One mounted segment with its usage.
-    pub fn segment_detail(&self, name: &str) -> Option<segments::SegmentInfo> {
-        self.segs.detail(name)
     }
 }
 

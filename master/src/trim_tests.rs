@@ -1,5 +1,6 @@
 //! The mass-removal trim and its follow-up (`Master::trim_after_removals`).
 
+use super::background::{TRIM_AFTER, TRIM_FOLLOWUPS};
 use super::*;
 
 fn followups(m: &Master) -> u64 {

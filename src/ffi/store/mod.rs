@@ -13,6 +13,7 @@
 #[macro_use]
 mod args;
 pub mod codes;
+mod disk;
 mod host_memory;
 mod multi;
 mod put_sessions;
@@ -214,49 +215,6 @@ pub unsafe extern "C" fn tw_store_hostname(
         } else {
             set_last_error("hostname buffer too small or NULL".into());
             TW_STORE_BUFFER_OVERFLOW
-        }
-    })
-}
-
-/// Mooncake's `unmount_local_disk_segment`: after `grace_period_seconds`, drops this client's
-/// disk tier (the master forgets its replicas, the record files are deleted). 0, or
-/// `TW_STORE_SEGMENT_NOT_FOUND` when the client has no tier (`tw_last_error` says why).
-///
-/// # Safety
-/// `s` is NULL (`TW_STORE_INVALID_PARAMS`) or a live handle. Thread-safe.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn tw_store_unmount_local_disk(
-    s: *const tw_store,
-    grace_period_seconds: u32,
-) -> i32 {
-    ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
-        let c = match crate::ffi::try_ref(s) {
-            Ok(c) => c,
-            Err(_) => return bad("store handle is NULL"),
-        };
-        match c.unmount_disk(std::time::Duration::from_secs(u64::from(
-            grace_period_seconds,
-        ))) {
-            Ok(()) => TW_STORE_OK,
-            Err(e) => {
-                set_last_error(e.message.clone());
-                codes::to_c(e.code)
-            }
-        }
-    })
-}
-
-/// Objects this client has read from disk tiers (Mooncake's `get_offload_rpc_read_count`); 0
-/// for NULL.
-///
-/// # Safety
-/// `s` is NULL or a live handle. Thread-safe.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn tw_store_disk_read_count(s: *const tw_store) -> u64 {
-    ffi_boundary!(0, {
-        match crate::ffi::try_ref(s) {
-            Ok(c) => c.disk_read_count(),
-            Err(_) => 0,
         }
     })
 }

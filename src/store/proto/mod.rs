@@ -21,10 +21,10 @@ use std::io::{Read, Write};
 mod checks;
 mod exist;
 mod items;
-pub use items::*;
 pub use checks::check_keys;
 use checks::{check_batch, check_key, check_name, check_segment_name, check_versions};
 pub use exist::{decode_exist, encode_exist};
+pub use items::*;
 
 /// Frame magic.
 pub const MAGIC: [u8; 4] = *b"TWMS";
