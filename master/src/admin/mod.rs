@@ -19,6 +19,7 @@
 
 mod ha;
 mod kv;
+mod operations;
 mod replies;
 
 pub use ha::{HaStatus, HaView, RuntimeState};
@@ -56,11 +57,6 @@ pub(super) const JSON: &str = "application/json; charset=utf-8";
 pub(super) const UNAVAILABLE_IN_CURRENT_MODE: i32 = -1011;
 /// Mooncake's JOB_NOT_FOUND.
 pub(super) const JOB_NOT_FOUND: i32 = -1402;
-/// Mooncake's SegmentStatus::OK and GRACEFULLY_UNMOUNTING.
-const SEGMENT_OK: i32 = 1;
-const SEGMENT_GRACEFULLY_UNMOUNTING: i32 = 4;
-/// Largest tenant quota Mooncake accepts (2^63 - 1).
-const MAX_TENANT_QUOTA: u64 = i64::MAX as u64;
 
 /// Whether a segment name is a disk tier's.
 fn is_disk(name: &str) -> bool {
@@ -74,13 +70,6 @@ fn not_active() -> HttpResponse {
         UNAVAILABLE_IN_CURRENT_MODE,
         "service plane is not active",
     )
-}
-
-/// Mooncake's job id: `<u64>-<u64>` (its `StringToUuid`).
-fn job_id(raw: &[u8]) -> Option<(u64, u64)> {
-    let s = std::str::from_utf8(raw).ok()?;
-    let (a, b) = s.split_once('-')?;
-    Some((a.parse().ok()?, b.parse().ok()?))
 }
 
 /// Every route served, with its method (Mooncake's master serves each path for one method,
@@ -507,167 +496,6 @@ impl Admin {
         }
         body.extend_from_slice(format!("],\"truncated\":{truncated}}}").as_bytes());
         list_headers(HttpResponse::new(200, JSON, body), segs.len(), items.len())
-    }
-
-    /// POST `/api/v1/drain_jobs`: Mooncake's body checks, then its segment checks; tidewire
-    /// runs no drain jobs, so a valid request gets Mooncake's "not in this mode" (409, -1011).
-    fn create_drain_job(&self, r: &HttpRequest) -> HttpResponse {
-        let req: DrainJobRequest = match serde_json::from_slice(&r.body) {
-            Ok(v) => v,
-            Err(e) => {
-                return error(
-                    400,
-                    code::INVALID_PARAMS,
-                    &format!("Invalid JSON body: {e}"),
-                );
-            }
-        };
-        if !self.master.serving() {
-            return not_active();
-        }
-        if req.segments.is_empty() {
-            return error(400, code::INVALID_PARAMS, code_name(code::INVALID_PARAMS));
-        }
-        for name in req.segments.iter().chain(&req.target_segments) {
-            if self.master.segment_detail(name).is_none() {
-                return error(
-                    404,
-                    code::SEGMENT_NOT_FOUND,
-                    code_name(code::SEGMENT_NOT_FOUND),
-                );
-            }
-        }
-        unavailable()
-    }
-
-    /// GET `/api/v1/drain_jobs/query`, POST `/api/v1/drain_jobs/cancel`: no job ever exists.
-    fn drain_job(&self, r: &HttpRequest) -> HttpResponse {
-        if job_id(&r.param("job_id").unwrap_or_default()).is_none() {
-            return error(400, code::INVALID_PARAMS, "Missing or invalid job_id");
-        }
-        if !self.master.serving() {
-            return not_active();
-        }
-        error(404, JOB_NOT_FOUND, code_name(JOB_NOT_FOUND))
-    }
-
-    /// GET `/api/v1/segments/status?segment=S`: Mooncake's segment lifecycle state. A mounted
-    /// segment is `OK`; one whose owner missed its heartbeats (readable, no new placements,
-    /// dropped when `--client_grace_sec` runs out) is `GRACEFULLY_UNMOUNTING`.
-    fn segment_status(&self, r: &HttpRequest) -> HttpResponse {
-        let raw = r.param("segment").unwrap_or_default();
-        if raw.is_empty() {
-            return error(400, code::INVALID_PARAMS, "Missing segment query parameter");
-        }
-        if !self.master.serving() {
-            return not_active();
-        }
-        let name = String::from_utf8_lossy(&raw).into_owned();
-        let Some(seg) = self.master.segment_detail(&name) else {
-            return error(
-                404,
-                code::SEGMENT_NOT_FOUND,
-                code_name(code::SEGMENT_NOT_FOUND),
-            );
-        };
-        let (status, status_name) = if seg.suspended {
-            (SEGMENT_GRACEFULLY_UNMOUNTING, "GRACEFULLY_UNMOUNTING")
-        } else {
-            (SEGMENT_OK, "OK")
-        };
-        json(
-            200,
-            &SegmentStatusReply {
-                success: true,
-                segment: name,
-                status,
-                status_name,
-                error_code: 0,
-                error_message: "",
-            },
-        )
-    }
-
-    /// GET `/api/v1/tenant_quotas`: tidewire has no tenants, as Mooncake without
-    /// `--enable_multi_tenants` (409, -1011).
-    fn get_tenant_quotas(&self, _r: &HttpRequest) -> HttpResponse {
-        unavailable()
-    }
-
-    /// PUT `/api/v1/tenant_quotas?tenant_id=T` `{"requested_quota_bytes":N}`: Mooncake's checks,
-    /// then no tenants (409, -1011).
-    fn put_tenant_quota(&self, r: &HttpRequest) -> HttpResponse {
-        if r.param("tenant_id").unwrap_or_default().is_empty() {
-            return error(400, code::INVALID_PARAMS, "Missing or invalid tenant_id");
-        }
-        let req: TenantQuotaRequest = match serde_json::from_slice(&r.body) {
-            Ok(v) => v,
-            Err(e) => {
-                return error(
-                    400,
-                    code::INVALID_PARAMS,
-                    &format!("Invalid JSON body: {e}"),
-                );
-            }
-        };
-        if req.requested_quota_bytes == 0 || req.requested_quota_bytes > MAX_TENANT_QUOTA {
-            return error(
-                400,
-                code::INVALID_PARAMS,
-                "Tenant quota must be in [1, 2^63 - 1] bytes",
-            );
-        }
-        if !self.master.serving() {
-            return not_active();
-        }
-        unavailable()
-    }
-
-    /// DELETE `/api/v1/tenant_quotas?tenant_id=T`: no tenants (409, -1011).
-    fn delete_tenant_quota(&self, r: &HttpRequest) -> HttpResponse {
-        if r.param("tenant_id").unwrap_or_default().is_empty() {
-            return error(400, code::INVALID_PARAMS, "Missing or invalid tenant_id");
-        }
-        if !self.master.serving() {
-            return not_active();
-        }
-        unavailable()
-    }
-
-    /// POST `/api/v1/remove_all[?force=true|1][&tenant_id=T]`: removes every object (leased
-    /// ones only with `force`), as the Store's `remove_all`; `{"success":true,
-    /// "removed_count":N}`. Every tidewire object is the `default` tenant's, so another
-    /// `tenant_id` removes nothing.
-    fn remove_all(&self, r: &HttpRequest) -> HttpResponse {
-        let force = matches!(r.param("force").as_deref(), Some(b"true") | Some(b"1"));
-        let tenant = r.param("tenant_id").unwrap_or_default();
-        let removed = if tenant.is_empty() || tenant == b"default" {
-            match self
-                .master
-                .handle(tidewire::store::proto::Request::RemoveAll { force, from: None })
-            {
-                Some(tidewire::store::proto::Reply::Count { count }) => count,
-                Some(tidewire::store::proto::Reply::Error { code: c, message }) => {
-                    return error(500, c, &message);
-                }
-                other => {
-                    return error(
-                        500,
-                        code::INTERNAL_ERROR,
-                        &format!("unexpected reply {other:?}"),
-                    );
-                }
-            }
-        } else {
-            0
-        };
-        json(
-            200,
-            &RemoveAllReply {
-                success: true,
-                removed_count: removed,
-            },
-        )
     }
 }
 
