@@ -1,12 +1,18 @@
 //! mooncake_master's command line, as gflags reads it: `-flag=value` and `--flag=value` (and
 //! `--flag value`; a bare boolean flag means true, `--noflag` false). Unknown flags are an error.
-//! The flags themselves are one table, [`table::FLAGS`]: names, aliases, kinds, defaults, help,
+//! The flags themselves are one table, [`all_flags`]: names, aliases, kinds, defaults, help,
 //! and for each of mooncake_master's flags tidewire does not honour, why it refuses it.
 
 mod table;
 
 use std::time::Duration;
-use table::FLAGS;
+mod refused;
+
+/// Every flag, in `--help` order: the honoured ones ([`table::HONOURED`]), then the refused
+/// ones ([`refused::REFUSED`]).
+fn all_flags() -> impl Iterator<Item = &'static Flag> {
+    table::HONOURED.iter().chain(refused::REFUSED)
+}
 use tidewire_master::MasterConfig;
 use tidewire_master::kv_events::KvConfig;
 
@@ -76,7 +82,7 @@ pub struct Parsed {
     pub kv: KvConfig,
 }
 
-/// One flag: one row of [`FLAGS`].
+/// One flag: one row of [`all_flags`].
 pub struct Flag {
     /// Its name, as mooncake_master spells it.
     pub name: &'static str,
@@ -149,12 +155,12 @@ environment:
   TW_AUTH_KEY                        pre-shared key every Store client must prove (off if empty)
 ";
 
-/// The `--help` text, made from [`FLAGS`].
+/// The `--help` text, made from [`all_flags`].
 pub fn usage() -> String {
     let mut out = String::from(
         "tidewire-master: the tidewire Store master (accepts mooncake_master's flags, -f=v or --f=v)\n\n",
     );
-    for f in FLAGS.iter().filter(|f| f.refused.is_none()) {
+    for f in all_flags().filter(|f| f.refused.is_none()) {
         let left = match f.kind {
             Kind::Hidden(_) => continue,
             Kind::Bool => format!("  --{}=B", f.name),
@@ -178,8 +184,7 @@ pub fn usage() -> String {
         ("not yet supported (being built)", true),
     ] {
         out.push_str(&format!("\n{title}:\n"));
-        let names = FLAGS
-            .iter()
+        let names = all_flags()
             .filter(|f| f.refused.as_ref().is_some_and(|r| r.not_yet == not_yet))
             .map(|f| format!("--{}", f.name));
         out.push_str(&wrap(names, 2, 96));
@@ -210,9 +215,7 @@ fn wrap(words: impl Iterator<Item = String>, indent: usize, width: usize) -> Str
 
 /// The row of `name` (or of one of its aliases).
 pub fn find(name: &str) -> Option<&'static Flag> {
-    FLAGS
-        .iter()
-        .find(|f| f.name == name || f.aliases.contains(&name))
+    all_flags().find(|f| f.name == name || f.aliases.contains(&name))
 }
 
 /// A boolean as gflags reads it (and an empty value, a bare flag's, is true).
@@ -291,7 +294,7 @@ pub fn parse(args: &[String]) -> Result<Option<Flags>, String> {
     // Every refused flag given, reported together.
     let mut refusals = Vec::new();
     // Every default comes from the table.
-    for f in FLAGS {
+    for f in all_flags() {
         if let Some(d) = f.default {
             (f.set)(&mut p, f.name, d).map_err(|e| format!("default of --{}: {e}", f.name))?;
         }

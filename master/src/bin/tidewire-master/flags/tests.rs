@@ -98,7 +98,7 @@ fn help_is_the_golden_text() {
 #[test]
 fn every_name_is_unique_and_shown_defaults_exist() {
     let mut seen = std::collections::HashSet::new();
-    for f in FLAGS {
+    for f in all_flags() {
         for n in std::iter::once(&f.name).chain(f.aliases) {
             assert!(seen.insert(*n), "--{n} is in the table twice");
             assert!(
@@ -286,7 +286,7 @@ fn every_mooncake_flag_is_honoured_or_refused() {
     );
     assert_eq!(honoured + refused, 97);
     // Refusals are only for Mooncake's flags: tidewire's own are honoured or absent.
-    for f in FLAGS.iter().filter(|f| f.refused.is_some()) {
+    for f in all_flags().filter(|f| f.refused.is_some()) {
         assert!(
             names.contains(&f.name),
             "--{} is refused but not Mooncake's",
@@ -298,8 +298,7 @@ fn every_mooncake_flag_is_honoured_or_refused() {
 
 #[test]
 fn the_not_yet_group_is_the_offload_tier() {
-    let not_yet: Vec<&str> = FLAGS
-        .iter()
+    let not_yet: Vec<&str> = all_flags()
         .filter(|f| f.refused.as_ref().is_some_and(|r| r.not_yet))
         .map(|f| f.name)
         .collect();
@@ -459,7 +458,7 @@ fn a_refused_flag_passes_only_as_feature_off() {
         assert!(parse(&args(&[a])).is_err(), "{a}");
     }
     // Every refusal's "off" value passes and its help is the reason.
-    for f in FLAGS {
+    for f in all_flags() {
         let Some(r) = &f.refused else { continue };
         assert_eq!(f.help, r.why);
         if let Some(off) = r.off {
@@ -601,10 +600,10 @@ fn thread_counts_are_read_and_said_to_have_no_effect() {
     assert!(parse(&args(&["--rpc_thread_num=x"])).is_err());
 }
 
-/// The docs' table of refused flags, as made from [`FLAGS`].
+/// The docs' table of refused flags, as made from [`all_flags`].
 fn refused_table() -> String {
     let mut out = String::from("| flag | accepted only as | why refused |\n|---|---|---|\n");
-    for f in FLAGS {
+    for f in all_flags() {
         let Some(r) = &f.refused else { continue };
         let off = match r.off {
             None => "-".to_string(),
