@@ -1116,6 +1116,25 @@ int64_t tw_store_remove_by_regex(const struct tw_store *s, const char *pattern, 
 int64_t tw_store_remove_all(const struct tw_store *s, bool force);
 
 /*
+ Mooncake's `unmount_local_disk_segment`: after `grace_period_seconds`, drops this client's
+ disk tier (the master forgets its replicas, the record files are deleted). 0, or
+ `TW_STORE_SEGMENT_NOT_FOUND` when the client has no tier (`tw_last_error` says why).
+
+ # Safety
+ `s` is NULL (`TW_STORE_INVALID_PARAMS`) or a live handle. Thread-safe.
+ */
+int32_t tw_store_unmount_local_disk(const struct tw_store *s, uint32_t grace_period_seconds);
+
+/*
+ Objects this client has read from disk tiers (Mooncake's `get_offload_rpc_read_count`); 0
+ for NULL.
+
+ # Safety
+ `s` is NULL or a live handle. Thread-safe.
+ */
+uint64_t tw_store_disk_read_count(const struct tw_store *s);
+
+/*
  Allocates `size` bytes of host memory aligned to `TW_STORE_HOST_ALLOC_ALIGNMENT` (the C
  signature of Mooncake's `hugepage_memory_alloc`, whose address `get_alloc_func_addr()`
  gives). Returns NULL when `size` is 0 or the memory cannot be had
@@ -1336,25 +1355,6 @@ int32_t tw_store_unmount_segments(const struct tw_store *s,
                                   size_t n,
                                   uint64_t grace_period_seconds,
                                   int32_t allocated);
-
-/*
- Mooncake's `unmount_local_disk_segment`: after `grace_period_seconds`, drops this client's
- disk tier (the master forgets its replicas, the record files are deleted). 0, or
- `TW_STORE_SEGMENT_NOT_FOUND` when the client has no tier (`tw_last_error` says why).
-
- # Safety
- `s` is NULL (`TW_STORE_INVALID_PARAMS`) or a live handle. Thread-safe.
- */
-int32_t tw_store_unmount_local_disk(const struct tw_store *s, uint32_t grace_period_seconds);
-
-/*
- Objects this client has read from disk tiers (Mooncake's `get_offload_rpc_read_count`); 0
- for NULL.
-
- # Safety
- `s` is NULL or a live handle. Thread-safe.
- */
-uint64_t tw_store_disk_read_count(const struct tw_store *s);
 
 /*
  Starts a get session for each of `n` keys: the replicas are looked up once and this

@@ -5,6 +5,7 @@ use super::codes::{CResult, TW_STORE_INVALID_PARAMS, TW_STORE_OK, to_c, write_re
 use super::{tw_store, tw_store_replicate_config};
 use crate::ffi::status::set_last_error;
 use crate::store::proto::MAX_KEY_LEN;
+use crate::store::sessions::{RangeFrag, split_frags};
 use crate::store::{StoreClient, WriteConfig};
 use std::ffi::{CStr, c_char};
 
@@ -233,4 +234,77 @@ pub(super) unsafe fn write_config(cfg: *const tw_store_replicate_config) -> Writ
         preferred_segments: preferred,
         local_segment: String::new(),
     }
+}
+
+/// Checks that the per-key piece counts add up to the length of the flat arrays (before they
+/// are read).
+pub(super) fn counted(counts: &[usize], n_pieces: usize) -> Result<(), i32> {
+    match counts.iter().try_fold(0usize, |t, &c| t.checked_add(c)) {
+        Some(sum) if sum == n_pieces => Ok(()),
+        Some(sum) => Err(bad(format!(
+            "piece_counts add up to {sum}, but n_pieces is {n_pieces}"
+        ))),
+        None => Err(bad("piece_counts add up to more than SIZE_MAX")),
+    }
+}
+
+/// The arguments of a ranged call (`tw_store_get_session_ranges`, `tw_store_put_session_ranges`),
+/// borrowed: keys, and per key its next `frag_counts[i]` fragments `(address, size, offset in
+/// the object)` of the flat arrays.
+pub(super) struct Ranged<'a> {
+    keys: Vec<&'a str>,
+    counts: &'a [usize],
+    flat: Vec<RangeFrag>,
+}
+
+impl Ranged<'_> {
+    /// Each key with its fragments.
+    pub(super) fn items(&self) -> Vec<(&str, &[RangeFrag])> {
+        self.keys
+            .iter()
+            .copied()
+            .zip(split_frags(self.counts, &self.flat))
+            .collect()
+    }
+}
+
+/// Borrows a ranged call's arguments: the handle, `(keys_in, key_lens, frag_counts, n)`,
+/// `(addresses, sizes, offsets, n_frags)` and `results` (`n` elements). An unusable argument
+/// (NULL with a nonzero count, counts that do not add up to `n_frags`) is the code to return.
+///
+/// # Safety
+/// As the ranged calls document: `n` keys, counts and results; `n_frags` of each array.
+pub(super) unsafe fn ranged<'a, P: Address>(
+    s: *const tw_store,
+    keys: (*const *const c_char, *const usize, *const usize, usize),
+    frags: (*const P, *const u64, *const u64, usize),
+    results: *mut i64,
+) -> Result<(&'a StoreClient, Ranged<'a>, &'a mut [i64]), i32> {
+    let (keys_in, key_lens, frag_counts, n) = keys;
+    let (addrs, sizes, offsets, n_frags) = frags;
+    // SAFETY: pointers as documented in this function's contract.
+    let (c, ks) = unsafe { store_keys(s, keys_in, key_lens, n) }?;
+    // SAFETY: as above.
+    let counts = unsafe { arr(frag_counts, n, "frag_counts") }?;
+    counted(counts, n_frags)?;
+    // SAFETY: as above.
+    let ptrs = unsafe { arr(addrs, n_frags, "addresses") }?;
+    // SAFETY: as above.
+    let lens = unsafe { arr(sizes, n_frags, "sizes") }?;
+    // SAFETY: as above.
+    let offs = unsafe { arr(offsets, n_frags, "offsets") }?;
+    // SAFETY: as above.
+    let out = unsafe { arr_mut(results, n, "results") }?;
+    let flat = (0..n_frags)
+        .map(|j| (ptrs[j].addr(), lens[j], offs[j]))
+        .collect();
+    Ok((
+        c,
+        Ranged {
+            keys: ks,
+            counts,
+            flat,
+        },
+        out,
+    ))
 }

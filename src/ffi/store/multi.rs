@@ -2,24 +2,12 @@
 //! `batch_put_from_multi_buffers` / `batch_get_into_multi_buffers`). The pieces of all keys
 //! come as two flat arrays (addresses, sizes), key `i` owning the next `piece_counts[i]` of them.
 
-use super::args::{arr, arr_mut, bad, store_keys, write_config};
+use super::args::{arr, arr_mut, counted, store_keys, write_config};
 use super::codes::{TW_STORE_INTERNAL_ERROR, TW_STORE_OK, write_results};
 use super::{tw_store, tw_store_replicate_config};
 use crate::ffi::ffi_boundary;
 use crate::store::caller_memory::{KeyPieces, Piece};
 use std::ffi::{c_char, c_void};
-
-/// Checks that the per-key piece counts add up to the length of the flat arrays (before they
-/// are read).
-pub(super) fn counted(counts: &[usize], n_pieces: usize) -> Result<(), i32> {
-    match counts.iter().try_fold(0usize, |t, &c| t.checked_add(c)) {
-        Some(sum) if sum == n_pieces => Ok(()),
-        Some(sum) => Err(bad(format!(
-            "piece_counts add up to {sum}, but n_pieces is {n_pieces}"
-        ))),
-        None => Err(bad("piece_counts add up to more than SIZE_MAX")),
-    }
-}
 
 /// Pairs key `i` with its `counts[i]` pieces out of `flat`, which holds exactly their sum
 /// (see `counted`).

@@ -2,12 +2,10 @@
 //! `batch_put_session_start` / `batch_put_from_multi_buffer_ranges` / `batch_put_session_end`
 //! / `batch_put_session_revoke`).
 
-use super::args::{arr, arr_mut, per_key, store_keys, write_config};
+use super::args::{arr, arr_mut, per_key, ranged, store_keys, write_config};
 use super::codes::{TW_STORE_INTERNAL_ERROR, TW_STORE_OK, write_results};
-use super::multi::counted;
 use super::{tw_store, tw_store_replicate_config};
 use crate::ffi::ffi_boundary;
-use crate::store::sessions::{RangeFrag, split_frags};
 use std::ffi::{c_char, c_void};
 
 /// Reserves `sizes[i]` bytes for each of `n` keys, as a create-only put with `cfg` (NULL: one
@@ -77,25 +75,17 @@ pub unsafe extern "C" fn tw_store_put_session_ranges(
 ) -> i32 {
     ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
-        // SAFETY: pointers as documented in this function's contract.
-        let counts = tri!(unsafe { arr(frag_counts, n, "frag_counts") });
-        tri!(counted(counts, n_frags));
-        // SAFETY: pointers as documented in this function's contract.
-        let srcs = tri!(unsafe { arr(src_ptrs, n_frags, "src_ptrs") });
-        // SAFETY: pointers as documented in this function's contract.
-        let lens = tri!(unsafe { arr(sizes, n_frags, "sizes") });
-        // SAFETY: pointers as documented in this function's contract.
-        let offs = tri!(unsafe { arr(dst_offsets, n_frags, "dst_offsets") });
-        // SAFETY: pointers as documented in this function's contract.
-        let out = tri!(unsafe { arr_mut(results, n, "results") });
-        let flat: Vec<RangeFrag> = (0..n_frags)
-            .map(|j| (srcs[j] as u64, lens[j], offs[j]))
-            .collect();
-        let items: Vec<(&str, &[RangeFrag])> =
-            ks.iter().copied().zip(split_frags(counts, &flat)).collect();
+        let args = unsafe {
+            ranged(
+                s,
+                (keys_in, key_lens, frag_counts, n),
+                (src_ptrs, sizes, dst_offsets, n_frags),
+                results,
+            )
+        };
+        let (c, items, out) = tri!(args);
         // SAFETY: each source is readable and unchanged per the contract.
-        write_results(out, &unsafe { c.put_session_ranges(&items) });
+        write_results(out, &unsafe { c.put_session_ranges(&items.items()) });
         TW_STORE_OK
     })
 }

@@ -2,13 +2,11 @@
 //! `batch_get_session_start` / `batch_get_into_multi_buffer_ranges` / `batch_get_session_end`),
 //! and `tw_store_get_replicas` (Mooncake's `batch_get_replica_desc`).
 
-use super::args::{arr, arr_mut, per_key, store_keys};
+use super::args::{arr_mut, per_key, ranged, store_keys};
 use super::codes::{TW_STORE_INTERNAL_ERROR, TW_STORE_OK, to_c, write_results};
-use super::multi::counted;
 use super::tw_store;
 use crate::ffi::ffi_boundary;
 use crate::store::proto::{MAX_NAME_LEN, MAX_REPLICAS};
-use crate::store::sessions::{RangeFrag, split_frags};
 use std::ffi::{c_char, c_void};
 
 /// Most replicas one object has (`tw_store_get_replicas` writes up to this many per key).
@@ -120,25 +118,17 @@ pub unsafe extern "C" fn tw_store_get_session_ranges(
 ) -> i32 {
     ffi_boundary!(TW_STORE_INTERNAL_ERROR, {
         // SAFETY: pointers as documented in this function's contract.
-        let (c, ks) = tri!(unsafe { store_keys(s, keys_in, key_lens, n) });
-        // SAFETY: pointers as documented in this function's contract.
-        let counts = tri!(unsafe { arr(frag_counts, n, "frag_counts") });
-        tri!(counted(counts, n_frags));
-        // SAFETY: pointers as documented in this function's contract.
-        let dsts = tri!(unsafe { arr(dst_ptrs, n_frags, "dst_ptrs") });
-        // SAFETY: pointers as documented in this function's contract.
-        let lens = tri!(unsafe { arr(sizes, n_frags, "sizes") });
-        // SAFETY: pointers as documented in this function's contract.
-        let offs = tri!(unsafe { arr(src_offsets, n_frags, "src_offsets") });
-        // SAFETY: pointers as documented in this function's contract.
-        let out = tri!(unsafe { arr_mut(results, n, "results") });
-        let flat: Vec<RangeFrag> = (0..n_frags)
-            .map(|j| (dsts[j] as u64, lens[j], offs[j]))
-            .collect();
-        let items: Vec<(&str, &[RangeFrag])> =
-            ks.iter().copied().zip(split_frags(counts, &flat)).collect();
+        let args = unsafe {
+            ranged(
+                s,
+                (keys_in, key_lens, frag_counts, n),
+                (dst_ptrs, sizes, src_offsets, n_frags),
+                results,
+            )
+        };
+        let (c, items, out) = tri!(args);
         // SAFETY: each destination is writable, disjoint and unshared per the contract.
-        write_results(out, &unsafe { c.get_session_ranges(&items) });
+        write_results(out, &unsafe { c.get_session_ranges(&items.items()) });
         TW_STORE_OK
     })
 }
