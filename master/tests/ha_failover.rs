@@ -6,9 +6,8 @@
 //! `TW_FAILOVER_OBJECTS` changes the scale; `ha_scale.rs` runs it at 1 M objects.
 
 mod common;
-use common::fault::{HaCluster, check, client, fill, key, value};
+use common::fault::{HaCluster, check, fill_parallel, key, value};
 use std::time::{Duration, Instant};
-use tidewire::store::StoreClient;
 
 const LEN: usize = 64;
 const TTL: u64 = 2;
@@ -30,20 +29,7 @@ fn two_leader_kills_and_a_cold_restart_keep_every_acknowledged_object() {
     let writers = 4;
     let seg = (objects * LEN / writers + (8 << 20)) as u64;
     let t0 = Instant::now();
-    let clients: Vec<StoreClient> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..writers)
-            .map(|i| {
-                let url = url.clone();
-                s.spawn(move || {
-                    let c = client(&url, seg);
-                    let (lo, hi) = (i * objects / writers, (i + 1) * objects / writers);
-                    fill(&c, "ha", lo, hi, LEN, 1000);
-                    c
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let clients = fill_parallel(&url, writers, seg, "ha", objects, LEN);
     let filled = t0.elapsed();
     let (db, _) = ha.etcd_db_size();
     eprintln!("ha failover: {objects} objects written in {filled:?}; etcd db {db} bytes");

@@ -10,7 +10,7 @@
 //! `TW_SCALE_OBJECTS` (1000000) and `TW_SCALE_CHURN_SECS` (120) change the scale.
 
 mod common;
-use common::fault::{HaCluster, check, client, fill, key, put_batch};
+use common::fault::{HaCluster, check, fill_parallel, key, put_batch};
 use std::time::{Duration, Instant};
 use tidewire::store::{StoreClient, code};
 
@@ -64,20 +64,7 @@ fn a_million_objects_survive_three_failovers_churn_and_a_cold_restart() {
     let writers = 4;
     let seg = (objects * LEN / writers + (32 << 20)) as u64;
     let t0 = Instant::now();
-    let clients: Vec<StoreClient> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..writers)
-            .map(|i| {
-                let url = url.clone();
-                s.spawn(move || {
-                    let c = client(&url, seg);
-                    let (lo, hi) = (i * objects / writers, (i + 1) * objects / writers);
-                    fill(&c, "scale", lo, hi, LEN, 1000);
-                    c
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let clients = fill_parallel(&url, writers, seg, "scale", objects, LEN);
     let (db, in_use) = ha.etcd_db_size();
     eprintln!(
         "ha scale: {objects} objects written in {:?}; etcd db {db} bytes ({in_use} in use)",

@@ -171,6 +171,31 @@ pub fn put_batch(c: &StoreClient, keys: &[String], len: usize) -> Vec<i32> {
     c.put_values(&items, false, &WriteConfig::default())
 }
 
+/// `writers` clients on `url`, each lending `seg` bytes, that put `objects` keys of `run`
+/// (`len` bytes each) between them, in parallel; the clients stay up.
+pub fn fill_parallel(
+    url: &str,
+    writers: usize,
+    seg: u64,
+    run: &str,
+    objects: usize,
+    len: usize,
+) -> Vec<StoreClient> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..writers)
+            .map(|i| {
+                s.spawn(move || {
+                    let c = client(url, seg);
+                    let (lo, hi) = (i * objects / writers, (i + 1) * objects / writers);
+                    fill(&c, run, lo, hi, len, 1000);
+                    c
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 /// Puts keys `from..to` of `run` through `c` in batches of `batch`, retrying a failed batch
 /// a few times (a put failed is not acknowledged; a retried one overwrites nothing: it is
 /// `OBJECT_ALREADY_EXISTS` when it had landed). Panics when a batch keeps failing.
