@@ -498,11 +498,11 @@ impl Master {
     pub fn metrics_text(&self) -> String {
         let (segments, used, cap) = self.segs.usage();
         let clients = self.clients.lock_clean().len();
-        let mut text = self
-            .metrics
-            .render(self.objs.count(), used, cap, segments, clients);
+        let objects = self.objs.count();
+        let disks = self.segs.disk_usage();
+        let mut text = self.metrics.render(objects, used, cap, segments, clients);
         if self.cfg.tier.enabled {
-            text.push_str(&self.offloads.render(self.segs.disk_usage()));
+            text.push_str(&self.offloads.render(disks));
         }
         // Mooncake's families, for its dashboards (docs/master.md lists those without one).
         let memory: Vec<(String, u64, u64)> = self
@@ -512,12 +512,11 @@ impl Master {
             .filter(|s| !s.disk)
             .map(|s| (s.name, s.used, s.capacity))
             .collect();
-        let (_, disk_used, disk_cap) = self.segs.disk_usage();
         text.push_str(&self.metrics.render_mooncake(
-            self.objs.count(),
+            objects,
             clients,
             &memory,
-            (disk_used, disk_cap),
+            (disks.1, disks.2),
             self.offloads.promoted.load(Ordering::Relaxed),
         ));
         if let Some(kv) = self.kv_events() {

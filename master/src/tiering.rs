@@ -210,11 +210,6 @@ impl Offloads {
             .remove(&(key.to_string(), version))
     }
 
-    /// Promotions waiting or running.
-    pub fn promotions(&self) -> usize {
-        self.promoting.lock_clean().len()
-    }
-
     /// Jobs queued.
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
