@@ -37,6 +37,14 @@ fn alloc(size: usize, alignment: usize) -> *mut c_void {
         ));
         return std::ptr::null_mut();
     }
+    // No allocator can give more than isize::MAX bytes; refused here rather than asked of
+    // posix_memalign (a sanitizer's allocator aborts on such a request instead of failing).
+    if std::alloc::Layout::from_size_align(size, alignment).is_err() {
+        set_last_error(format!(
+            "host allocation of {size} bytes is larger than memory can be"
+        ));
+        return std::ptr::null_mut();
+    }
     let mut p: *mut c_void = std::ptr::null_mut();
     // SAFETY: `p` is a valid out pointer; the alignment is a power of two multiple of
     // sizeof(void *), as posix_memalign requires.
