@@ -270,3 +270,89 @@ fn the_snapshot_limits_grow_with_the_snapshot() {
     assert!(!p.due(99, 999, 1000));
     assert!(p.due(100, 0, 1000) && p.due(0, 1000, 1000));
 }
+
+#[test]
+fn commits_land_while_a_snapshot_is_written_and_a_successor_reads_both() {
+    let (_etcd, c, prefix, fence) = setup("snapshot-beside");
+    let (j, _) = Journal::open(c.clone(), &prefix, fence.clone()).unwrap();
+    // The snapshot callback holds until the test lets it go (a large state taking seconds).
+    let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let (taken_tx, taken_rx) = std::sync::mpsc::channel();
+    let g = gate.clone();
+    let taken_tx = Mutex::new(taken_tx);
+    let w = Arc::new(
+        JournalWriter::start(
+            j,
+            Box::new(move || {
+                let _ = taken_tx.lock().unwrap().send(());
+                let (open, cv) = &*g;
+                let _unused = cv.wait_while(open.lock().unwrap(), |o| !*o).unwrap();
+                "set a 1".to_string()
+            }),
+            CompactPolicy {
+                max_batches: 1,
+                max_bytes: 1 << 20,
+            },
+        )
+        .unwrap(),
+    );
+    w.commit(vec!["set a 1".into()]).unwrap();
+    taken_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a snapshot started after the first batch");
+    // The snapshot is held; commits still land (on the old writer they waited for it).
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let w2 = w.clone();
+    std::thread::spawn(move || {
+        for i in 2..=6 {
+            w2.commit(vec![format!("set b {i}")]).unwrap();
+        }
+        let _ = done_tx.send(());
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("commits land while the snapshot is being taken");
+    let (r, _) = recover(&c, &prefix).unwrap();
+    assert!(r.snapshot.is_none(), "not written yet");
+    assert_eq!(r.records.len(), 6);
+    {
+        let (open, cv) = &*gate;
+        *open.lock().unwrap() = true;
+        cv.notify_all();
+    }
+    // Further commits take the finished snapshot in; at most one more is started.
+    w.commit(vec!["set c 7".into()]).unwrap();
+    drop(w);
+    let (r, _) = recover(&c, &prefix).unwrap();
+    assert_eq!(r.snapshot.as_deref(), Some("set a 1"));
+    let mut want: Vec<String> = (2..=6).map(|i| format!("set b {i}")).collect();
+    want.push("set c 7".into());
+    // What the successor replays after the snapshot: every batch after the one it covers
+    // (the records appended while it was written included), or nothing when a second
+    // snapshot was started after the last commit (it covers them all).
+    assert!(r.records == want || r.records.is_empty(), "{:?}", r.records);
+}
+
+#[test]
+fn a_head_in_the_earlier_form_still_reads_back() {
+    let (_etcd, c, prefix, fence) = setup("old-head");
+    // As journals were written before snapshots went beside the log: the snapshot took a
+    // batch number of its own, and its directory has no take number.
+    let put = |k: &str, v: &str| c.put(format!("{prefix}{k}").as_bytes(), v.as_bytes(), 0);
+    put("snap/0000000000000005/00000000", "old-").unwrap();
+    put("snap/0000000000000005/00000001", "snapshot").unwrap();
+    put("head", r#"{"snapshot":5,"chunks":2}"#).unwrap();
+    put("log/0000000000000006", r#"["after"]"#).unwrap();
+    let (r, next) = recover(&c, &prefix).unwrap();
+    assert_eq!(r.snapshot.as_deref(), Some("old-snapshot"));
+    assert_eq!((r.records, next), (vec!["after".to_string()], 7));
+    // A successor writes its snapshot in today's form, and the old one goes.
+    let (mut j, _) = Journal::open(c.clone(), &prefix, fence).unwrap();
+    j.compact("new").unwrap();
+    let keys = keys_under(&c, &prefix);
+    assert_eq!(keys.len(), 2, "head and one chunk: {keys:?}");
+    assert_eq!(
+        recover(&c, &prefix).unwrap().0.snapshot.as_deref(),
+        Some("new")
+    );
+}

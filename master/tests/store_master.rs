@@ -15,6 +15,8 @@ fn writes_are_invisible_until_end_and_upsert_cases() {
     assert_eq!(get(&m, "k").code, code::REPLICA_IS_NOT_READY);
     assert_eq!(end(&m, "k", s.version + 99), code::INVALID_WRITE);
     assert_eq!(end(&m, "k", s.version), 0);
+    // The same end again (a client resending after a late reply) is OK and changes nothing.
+    assert_eq!(end(&m, "k", s.version), 0);
     let g = get(&m, "k");
     assert_eq!((g.code, g.size), (0, 1000));
     done(&m, "k", g.version);

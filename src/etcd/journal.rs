@@ -6,8 +6,16 @@
 //!   record too large for one batch (a Store object with a key near its 1 MiB limit) takes
 //!   several consecutive batches instead, each a JSON object `{"part":i,"parts":n,"text":...}`
 //!   holding one piece of it, read back only when all `n` parts are there in order;
-//! - `snap/<seq>/<chunk, 8 hex digits>`: a snapshot taken after batch `seq`, in chunks;
-//! - `head`: `{"snapshot":seq,"chunks":n}` naming the current snapshot (absent before the first).
+//! - `snap/<seq>-<take>/<chunk, 8 hex digits>`: a snapshot taken once batch `seq` was written
+//!   (`take` counts the snapshots taken after the same batch), in chunks;
+//! - `head`: `{"snapshot":seq,"take":t,"chunks":n}` naming the current snapshot (absent before
+//!   the first); the log it does not cover starts at batch `seq + 1`. A head without `take`
+//!   (the form before snapshots were written beside the log) names `snap/<seq>/`.
+//!
+//! A snapshot is written while batches keep being appended after it ([`Journal::plan_snapshot`],
+//! [`SnapshotPlan::write`] on another thread, [`Journal::snapshot_written`]): a successor reads
+//! whichever snapshot `head` names and the batches after it, so a snapshot of a large state
+//! never holds up a commit.
 //!
 //! Every write that matters is a transaction fenced on the leader key: it succeeds only while
 //! that key still has the create revision the writer won with, so a deposed leader cannot append.
@@ -70,10 +78,86 @@ pub struct Journal {
     compact_to: Option<i64>,
     /// Bytes of the last snapshot written.
     snapshot_bytes: u64,
+    /// The batch the current snapshot was taken after and its take number (`None`: no
+    /// snapshot, or one in the old form): a new snapshot never reuses its directory.
+    head_dir: Option<(u64, u32)>,
+}
+
+/// A snapshot about to be written beside the log: where, what it covers, and what the writer
+/// needs to write it without the [`Journal`] (which keeps appending meanwhile).
+pub struct SnapshotPlan {
+    client: Arc<EtcdClient>,
+    prefix: String,
+    fence: Fence,
+    /// The last batch written before the state is taken: the snapshot covers it and every
+    /// batch before it.
+    covers: u64,
+    take: u32,
+    /// The backlog when the plan was made (what the snapshot replaces).
+    batches: u64,
+    bytes: u64,
+    compact_to: Option<i64>,
+}
+
+/// What a written snapshot leaves for [`Journal::snapshot_written`].
+pub struct SnapshotWritten {
+    batches: u64,
+    bytes: u64,
+    snapshot_bytes: u64,
+    head_dir: (u64, u32),
+    compact_to: Option<i64>,
 }
 
 fn seq_key(prefix: &str, seq: u64) -> String {
     format!("{prefix}log/{seq:016x}")
+}
+
+/// The directory of the snapshot taken after batch `seq` (its `take`-th; `None`: the old form).
+fn snap_dir(prefix: &str, seq: u64, take: Option<u32>) -> String {
+    match take {
+        Some(t) => format!("{prefix}snap/{seq:016x}-{t:08x}/"),
+        None => format!("{prefix}snap/{seq:016x}/"),
+    }
+}
+
+/// Writes `value` at `key` if `fence` still holds (and, with `create_only`, `key` does not
+/// exist yet); a retried write that already landed (same value there) counts as done.
+fn fenced_put(
+    client: &EtcdClient,
+    fence: &Fence,
+    key: &str,
+    value: &[u8],
+    create_only: bool,
+) -> Result<()> {
+    let fence_cmp = json!({"key": b64(fence.key.as_bytes()), "target": "CREATE",
+                           "result": "EQUAL", "create_revision": fence.create_revision.to_string()});
+    let mut compare = vec![fence_cmp];
+    if create_only {
+        compare.push(json!({"key": b64(key.as_bytes()), "target": "CREATE",
+                            "result": "EQUAL", "create_revision": "0"}));
+    }
+    let req = json!({
+        "compare": compare,
+        "success": [{"request_put": {"key": b64(key.as_bytes()), "value": b64(value)}}],
+        "failure": [{"request_range": {"key": b64(fence.key.as_bytes())}},
+                    {"request_range": {"key": b64(key.as_bytes())}}],
+    });
+    let v = client.call("/v3/kv/txn", &req)?;
+    if v["succeeded"].as_bool().unwrap_or(false) {
+        return Ok(());
+    }
+    let leader = &v["responses"][0]["response_range"]["kvs"][0];
+    if int(&leader["create_revision"]) != fence.create_revision {
+        return Err(not_leader(fence));
+    }
+    let there = super::key_value(&v["responses"][1]["response_range"]["kvs"][0])?;
+    if there.value == value {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Metadata,
+        format!("journal: {key} already holds another batch"),
+    ))
 }
 
 fn not_leader(fence: &Fence) -> Error {
@@ -208,21 +292,34 @@ fn scan(
 /// Reads the journal under `prefix`: the current snapshot and every batch after it, checking
 /// that none is missing.
 pub fn recover(client: &EtcdClient, prefix: &str) -> Result<(Recovered, u64)> {
+    recover_with_head(client, prefix).map(|(r, next_seq, _)| (r, next_seq))
+}
+
+/// [`recover`], with the head's batch and take number (`None` without a head in today's form).
+fn recover_with_head(
+    client: &EtcdClient,
+    prefix: &str,
+) -> Result<(Recovered, u64, Option<(u64, u32)>)> {
     let (head, _) = client.get(format!("{prefix}head").as_bytes())?;
     let mut out = Recovered::default();
     let mut next_seq = 0u64;
+    let mut head_dir = None;
     if let Some(head) = head {
         let h: Value = serde_json::from_slice(&head.value)
             .map_err(|e| Error::new(ErrorKind::Metadata, format!("journal head: {e}")))?;
         let seq = int(&h["snapshot"]) as u64;
         let chunks = int(&h["chunks"]) as usize;
-        let snap_prefix = format!("{prefix}snap/{seq:016x}/");
+        let take = h["take"].as_u64().map(|t| t as u32);
+        head_dir = take.map(|t| (seq, t));
+        let snap_prefix = snap_dir(prefix, seq, take);
+        // Only the chunks the head counts: a failed earlier try may have left more behind.
+        let snap_end = format!("{snap_prefix}{chunks:08x}");
         let mut text = Vec::new();
         let mut got = 0usize;
         scan(
             client,
             snap_prefix.as_bytes(),
-            &prefix_end(snap_prefix.as_bytes()),
+            snap_end.as_bytes(),
             |_, v| {
                 text.extend_from_slice(v);
                 got += 1;
@@ -266,7 +363,7 @@ pub fn recover(client: &EtcdClient, prefix: &str) -> Result<(Recovered, u64)> {
             Ok(())
         },
     )?;
-    Ok((out, next_seq))
+    Ok((out, next_seq, head_dir))
 }
 
 impl Journal {
@@ -277,7 +374,7 @@ impl Journal {
         prefix: &str,
         fence: Fence,
     ) -> Result<(Journal, Recovered)> {
-        let (rec, next_seq) = recover(&client, prefix)?;
+        let (rec, next_seq, head_dir) = recover_with_head(&client, prefix)?;
         let bytes = rec.records.iter().map(|r| r.len() as u64).sum();
         let j = Journal {
             client,
@@ -287,6 +384,7 @@ impl Journal {
             batches: rec.batches,
             bytes,
             compact_to: None,
+            head_dir,
             snapshot_bytes: rec.snapshot.as_ref().map_or(0, |s| s.len() as u64),
         };
         Ok((j, rec))
@@ -302,41 +400,11 @@ impl Journal {
         self.snapshot_bytes
     }
 
-    fn fence_cmp(&self) -> Value {
-        json!({"key": b64(self.fence.key.as_bytes()), "target": "CREATE", "result": "EQUAL",
-               "create_revision": self.fence.create_revision.to_string()})
-    }
-
-    /// Writes `value` at `key` if this leader still holds the key and `key` does not exist yet.
-    /// A retried write that already landed (same value there) counts as done.
+    /// Writes `value` at `key` if this leader still holds the key (and, with `create_only`,
+    /// `key` does not exist yet). A retried write that already landed (same value there)
+    /// counts as done.
     fn put_fenced(&self, key: &str, value: &[u8], create_only: bool) -> Result<()> {
-        let mut compare = vec![self.fence_cmp()];
-        if create_only {
-            compare.push(json!({"key": b64(key.as_bytes()), "target": "CREATE",
-                                "result": "EQUAL", "create_revision": "0"}));
-        }
-        let req = json!({
-            "compare": compare,
-            "success": [{"request_put": {"key": b64(key.as_bytes()), "value": b64(value)}}],
-            "failure": [{"request_range": {"key": b64(self.fence.key.as_bytes())}},
-                        {"request_range": {"key": b64(key.as_bytes())}}],
-        });
-        let v = self.client.call("/v3/kv/txn", &req)?;
-        if v["succeeded"].as_bool().unwrap_or(false) {
-            return Ok(());
-        }
-        let leader = &v["responses"][0]["response_range"]["kvs"][0];
-        if int(&leader["create_revision"]) != self.fence.create_revision {
-            return Err(not_leader(&self.fence));
-        }
-        let there = super::key_value(&v["responses"][1]["response_range"]["kvs"][0])?;
-        if there.value == value {
-            return Ok(());
-        }
-        Err(Error::new(
-            ErrorKind::Metadata,
-            format!("journal: {key} already holds another batch"),
-        ))
+        fenced_put(&self.client, &self.fence, key, value, create_only)
     }
 
     /// Appends records durably, in as few batches as [`MAX_VALUE`] allows; a record too large
@@ -407,39 +475,95 @@ impl Journal {
     }
 
     /// Stores `snapshot` (the whole state after everything appended so far) and deletes the log
-    /// it covers and the previous snapshot.
+    /// it covers and the previous snapshot: [`plan_snapshot`](Self::plan_snapshot), write,
+    /// [`snapshot_written`](Self::snapshot_written) in one call.
     pub fn compact(&mut self, snapshot: &str) -> Result<()> {
-        let covers = self.next_seq;
-        // The snapshot takes the sequence number of a batch that is never written, so its
-        // chunks can never collide with a half-written earlier snapshot.
-        self.next_seq += 1;
-        let snap_prefix = format!("{}snap/{covers:016x}/", self.prefix);
+        let written = self.plan_snapshot().write(snapshot)?;
+        self.snapshot_written(written);
+        Ok(())
+    }
+
+    /// Plans a snapshot of the state as it is once every batch appended so far has been
+    /// applied: take the state after this call, write it with [`SnapshotPlan::write`] (on any
+    /// thread, while this journal keeps appending), then hand the result to
+    /// [`snapshot_written`](Self::snapshot_written).
+    pub fn plan_snapshot(&mut self) -> SnapshotPlan {
+        if self.next_seq == 0 {
+            // Nothing written yet: batch 0 is never written, so the snapshot covers it.
+            self.next_seq = 1;
+        }
+        // Batch numbers start at the head's batch + 1: `covers` is the last one written (the
+        // head's own batch when nothing was appended since).
+        let covers = self.next_seq - 1;
+        let take = match self.head_dir {
+            Some((seq, t)) if seq == covers => t + 1,
+            _ => 0,
+        };
+        SnapshotPlan {
+            client: self.client.clone(),
+            prefix: self.prefix.clone(),
+            fence: self.fence.clone(),
+            covers,
+            take,
+            batches: self.batches,
+            bytes: self.bytes,
+            compact_to: self.compact_to,
+        }
+    }
+
+    /// Takes in a snapshot written from [`plan_snapshot`](Self::plan_snapshot): the backlog
+    /// it replaced is no longer counted.
+    pub fn snapshot_written(&mut self, w: SnapshotWritten) {
+        self.batches = self.batches.saturating_sub(w.batches);
+        self.bytes = self.bytes.saturating_sub(w.bytes);
+        self.snapshot_bytes = w.snapshot_bytes;
+        self.head_dir = Some(w.head_dir);
+        self.compact_to = w.compact_to;
+    }
+}
+
+impl SnapshotPlan {
+    /// Writes `snapshot` in chunks, points `head` at it, then deletes the log it covers, the
+    /// previous snapshot and etcd's history one snapshot behind. Fails when this leader was
+    /// deposed or etcd refused a write (then `head` still names the previous snapshot).
+    pub fn write(self, snapshot: &str) -> Result<SnapshotWritten> {
+        let dir = snap_dir(&self.prefix, self.covers, Some(self.take));
         let mut chunks = 0u32;
         for piece in split_utf8(snapshot, MAX_VALUE) {
-            let key = format!("{snap_prefix}{chunks:08x}");
-            self.put_fenced(&key, piece.as_bytes(), false)?;
+            let key = format!("{dir}{chunks:08x}");
+            fenced_put(&self.client, &self.fence, &key, piece.as_bytes(), false)?;
             chunks += 1;
         }
-        let head = json!({"snapshot": covers, "chunks": chunks}).to_string();
-        self.put_fenced(&format!("{}head", self.prefix), head.as_bytes(), false)?;
-        self.batches = 0;
-        self.bytes = 0;
-        // Garbage now: older batches and snapshots (a failure here only leaves garbage behind,
-        // which the next compaction removes).
+        let head = json!({"snapshot": self.covers, "take": self.take, "chunks": chunks});
+        let head_key = format!("{}head", self.prefix);
+        fenced_put(
+            &self.client,
+            &self.fence,
+            &head_key,
+            head.to_string().as_bytes(),
+            false,
+        )?;
+        let mut written = SnapshotWritten {
+            batches: self.batches,
+            bytes: self.bytes,
+            snapshot_bytes: snapshot.len() as u64,
+            head_dir: (self.covers, self.take),
+            compact_to: self.compact_to,
+        };
+        // Garbage now: the batches it covers and older snapshots (a failure here only leaves
+        // garbage behind, which the next compaction removes).
         let log = self.prefix.clone() + "log/";
-        self.client
-            .delete_range(log.as_bytes(), seq_key(&self.prefix, covers).as_bytes())?;
+        let after = seq_key(&self.prefix, self.covers + 1);
+        self.client.delete_range(log.as_bytes(), after.as_bytes())?;
         let snaps = self.prefix.clone() + "snap/";
-        self.client
-            .delete_range(snaps.as_bytes(), snap_prefix.as_bytes())?;
-        self.snapshot_bytes = snapshot.len() as u64;
+        self.client.delete_range(snaps.as_bytes(), dir.as_bytes())?;
         // etcd's history: what the previous compaction deleted (and everything before) goes
         // now; what this one deleted goes at the next.
-        let (_, now) = self.client.get(format!("{}head", self.prefix).as_bytes())?;
-        if let Some(rev) = self.compact_to.replace(now) {
+        let (_, now) = self.client.get(head_key.as_bytes())?;
+        if let Some(rev) = written.compact_to.replace(now) {
             self.client.compact(rev)?;
         }
-        Ok(())
+        Ok(written)
     }
 }
 

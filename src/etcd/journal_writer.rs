@@ -1,7 +1,9 @@
 //! A thread-safe front for a [`Journal`]: callers hand records to [`JournalWriter::commit`] and
 //! block until they are durable in etcd; one writer thread appends whatever is queued as one
 //! group (so concurrent callers share a round trip) and, when the log since the last snapshot
-//! grows past the policy, takes a snapshot through the owner's callback and compacts.
+//! grows past the policy, starts a snapshot thread that takes the state through the owner's
+//! callback and writes it beside the log. Commits go on while it writes: a snapshot of a
+//! million objects takes seconds, longer than a client waits for a reply.
 //!
 //! Records should be idempotent "set" or "delete" operations on the owner's state: the snapshot
 //! is taken while callers keep mutating that state, so it may already reflect some records that
@@ -9,7 +11,7 @@
 //!
 //! Once a write is fenced off (another leader took over), every later commit fails at once.
 
-use super::journal::Journal;
+use super::journal::{Journal, SnapshotPlan, SnapshotWritten};
 use crate::error::{Error, ErrorKind, Result};
 use crate::log::Level;
 use crate::sync::{LockClean, Recover};
@@ -48,8 +50,8 @@ impl Default for CompactPolicy {
     }
 }
 
-/// Produces the owner's whole state as one string.
-pub type SnapshotFn = Box<dyn Fn() -> String + Send>;
+/// Produces the owner's whole state as one string (called on the snapshot thread).
+pub type SnapshotFn = Box<dyn Fn() -> String + Send + Sync>;
 
 /// Retries of a group that etcd did not take (an unreachable cluster, an election in etcd).
 const RETRIES: u32 = 10;
@@ -87,6 +89,8 @@ impl Shared {
     }
 
     fn run(&self, mut journal: Journal, snapshot: SnapshotFn, policy: CompactPolicy) {
+        let snapshot = Arc::new(snapshot);
+        let mut compaction: Option<JoinHandle<Result<SnapshotWritten>>> = None;
         loop {
             let group: Vec<String> = {
                 let q = self.lock();
@@ -95,7 +99,12 @@ impl Shared {
                     .wait_while(q, |q| q.pending.is_empty() && !q.stop)
                     .recover();
                 if q.pending.is_empty() {
-                    return; // stopping, nothing left
+                    drop(q);
+                    // Stopping, nothing left: a snapshot being written is finished first.
+                    if let Some(c) = compaction.take() {
+                        let _ = self.compaction_done(&mut journal, c);
+                    }
+                    return;
                 }
                 q.pending.drain(..).collect()
             };
@@ -124,30 +133,73 @@ impl Shared {
             }
             self.done.notify_all();
             drop(q);
+            if compaction.as_ref().is_some_and(|c| c.is_finished()) {
+                let c = compaction.take().expect("checked");
+                if !self.compaction_done(&mut journal, c) {
+                    return;
+                }
+            }
             let (batches, bytes) = journal.backlog();
-            if policy.due(batches, bytes, journal.snapshot_bytes()) {
-                let t0 = std::time::Instant::now();
-                let snap = snapshot();
-                let taken = t0.elapsed();
-                let result = journal.compact(&snap);
-                tw_log!(
-                    Level::Info,
-                    "journal: snapshot of {} bytes (taken in {taken:?}, written in {:?}) \
-                     replaces {batches} batches of {bytes} bytes",
-                    snap.len(),
-                    t0.elapsed() - taken
-                );
-                if let Err(e) = result {
-                    tw_log!(Level::Warn, "journal: compaction failed: {e}");
-                    if is_fenced(&e) {
-                        self.lock().failed = Some(e);
-                        self.done.notify_all();
-                        return;
-                    }
+            if compaction.is_none() && policy.due(batches, bytes, journal.snapshot_bytes()) {
+                let plan = journal.plan_snapshot();
+                match start_snapshot(plan, snapshot.clone(), (batches, bytes)) {
+                    Ok(c) => compaction = Some(c),
+                    Err(e) => tw_log!(Level::Warn, "journal: snapshot thread: {e}"),
                 }
             }
         }
     }
+
+    /// Takes in a finished snapshot thread's result; false when this writer was fenced off
+    /// (then every later commit fails).
+    fn compaction_done(
+        &self,
+        journal: &mut Journal,
+        c: JoinHandle<Result<SnapshotWritten>>,
+    ) -> bool {
+        let result = c.join().unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::Internal,
+                "journal: the snapshot thread panicked",
+            ))
+        });
+        match result {
+            Ok(w) => journal.snapshot_written(w),
+            Err(e) => {
+                tw_log!(Level::Warn, "journal: compaction failed: {e}");
+                if is_fenced(&e) {
+                    self.lock().failed = Some(e);
+                    self.done.notify_all();
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Starts the thread that takes the state (after every batch `plan` covers) and writes it.
+fn start_snapshot(
+    plan: SnapshotPlan,
+    snapshot: Arc<SnapshotFn>,
+    (batches, bytes): (u64, u64),
+) -> std::io::Result<JoinHandle<Result<SnapshotWritten>>> {
+    std::thread::Builder::new()
+        .name("tw-journal-snap".into())
+        .spawn(move || {
+            let t0 = std::time::Instant::now();
+            let snap = snapshot();
+            let taken = t0.elapsed();
+            let result = plan.write(&snap);
+            tw_log!(
+                Level::Info,
+                "journal: snapshot of {} bytes (taken in {taken:?}, written in {:?}) \
+                 replaces {batches} batches of {bytes} bytes",
+                snap.len(),
+                t0.elapsed() - taken
+            );
+            result
+        })
 }
 
 impl JournalWriter {

@@ -132,7 +132,8 @@ impl Objects {
     }
 
     /// PutEnd: publishes the write; the previous value (if any) is freed once unread. The end
-    /// of a write that was pre-empted or discarded is `INVALID_WRITE`, and its space is freed.
+    /// of a write that was pre-empted or discarded is `INVALID_WRITE`, and its space is freed;
+    /// the end of a write already published (a resent request) is `OK` and changes nothing.
     pub fn end(&self, kv: &KeyVersion, writer: u64, segs: &Segments) -> i32 {
         let (hash, si) = self.locate(&kv.key);
         let now = self.now();
@@ -144,6 +145,15 @@ impl Objects {
             .and_then(|o| o.pending.as_ref())
             .is_some_and(|p| p.v.id == kv.version);
         let Some(o) = slot.filter(|_| current).and_then(|s| sh.table.get_mut(s)) else {
+            // The same end sent again (its reply was lost or late, and the client resent it):
+            // the write it names is the key's value already.
+            let landed = slot
+                .and_then(|s| sh.table.get(s))
+                .and_then(|o| o.complete.as_ref())
+                .is_some_and(|v| v.id == kv.version);
+            if landed {
+                return code::OK;
+            }
             return sh.not_current(slot.is_some(), kv, writer, segs, &|r| self.emit(|| r));
         };
         let Some(p) = o.pending.take() else {
