@@ -84,7 +84,8 @@ impl Master {
         )
     }
 
-    fn apply(&self, r: Record<'_>) {
+    /// Applies one record; `fresh`: a snapshot's object, whose key nothing holds yet.
+    fn apply(&self, r: Record<'_>, fresh: bool) {
         match r {
             Record::Mount {
                 client,
@@ -125,7 +126,10 @@ impl Master {
                 replicas,
                 hard_pin,
             } => {
-                self.objs.remove(&key, true, &self.segs, &self.cfg);
+                // A replaced value's space first: the new one may lie where it did.
+                if !fresh {
+                    self.objs.remove(&key, true, &self.segs, &self.cfg);
+                }
                 let reps = self.reserve_replicas(&key, &replicas, size);
                 if !reps.is_empty() {
                     self.objs
@@ -164,17 +168,41 @@ impl Master {
     /// (segments, objects) restored. A snapshot that is not a JSON object fails the restore; a
     /// malformed record (in the snapshot or after it) is logged and skipped.
     pub fn restore(&self, rec: &Recovered) -> Result<(usize, usize), String> {
-        let mut records = Vec::new();
+        let mut snapshot = Vec::new();
         if let Some(snap) = &rec.snapshot {
-            records = decode_snapshot(snap).map_err(|e| format!("journal snapshot: {e}"))?;
+            snapshot = decode_snapshot(snap).map_err(|e| format!("journal snapshot: {e}"))?;
         }
-        records.extend(rec.records.iter().map(|line| Record::decode(line)));
-        for r in records {
+        // The snapshot's objects (unique keys, each its own space) go in on several threads,
+        // after its segments and before its held writes; the log after it in order.
+        let (mut before, mut objects, mut after) = (Vec::new(), Vec::new(), Vec::new());
+        for r in snapshot {
             match r {
-                Ok(r) => self.apply(r),
-                Err(e) => tw_log!(Level::Warn, "master: {e}; skipped"),
+                Ok(r @ Record::Put { .. }) => objects.push(r),
+                r if objects.is_empty() => before.push(r),
+                r => after.push(r),
             }
         }
+        let key_bytes = objects.iter().map(|r| match r {
+            Record::Put { key, .. } => key.len(),
+            _ => 0,
+        });
+        self.objs.reserve(objects.len(), key_bytes.sum());
+        let log = rec.records.iter().map(|line| Record::decode(line));
+        let apply = |r: Result<Record<'_>, _>| match r {
+            Ok(r) => self.apply(r, false),
+            Err(e) => tw_log!(Level::Warn, "master: {e}; skipped"),
+        };
+        before.into_iter().for_each(apply);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per = objects.len().div_ceil(threads).max(1 << 14);
+        std::thread::scope(|s| {
+            while !objects.is_empty() {
+                let part = objects.split_off(objects.len().saturating_sub(per));
+                s.spawn(move || part.into_iter().for_each(|r| self.apply(r, true)));
+            }
+        });
+        after.into_iter().for_each(apply);
+        log.for_each(apply);
         Ok((self.segs.usage().0, self.objs.count()))
     }
 

@@ -20,7 +20,7 @@
 //! [`Record::decode`] refuses a record with a missing or mistyped field instead of reading it as
 //! zeros.
 
-use serde_json::Value;
+use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
@@ -242,85 +242,158 @@ impl<'a> Record<'a> {
 
     /// Reads one record from its journal line.
     pub fn decode(line: &str) -> Result<Record<'static>, RecordError> {
-        let v: Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON: {e}")))?;
-        Record::from_value(&v)
+        Record::decode_borrowed(line, &mut Segments::default()).map(Record::into_owned)
     }
 
-    /// Reads one record from its JSON value (a journal line, or an entry of a snapshot).
-    pub fn from_value(v: &Value) -> Result<Record<'static>, RecordError> {
-        let Some(fields) = v.as_object() else {
+    /// Reads one record, borrowing its strings from `line` where they need no unescaping;
+    /// segment names are shared through `names`.
+    fn decode_borrowed(line: &'a str, names: &mut Segments) -> Result<Record<'a>, RecordError> {
+        // (serde would also read a struct from a list, by position.)
+        if !line.trim_start().starts_with('{') {
             return Err(bad("not a JSON object"));
-        };
-        let op = fields
-            .get("op")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("no \"op\" string"))?;
-        let text = |f: &str| -> Result<Cow<'static, str>, RecordError> {
-            match fields.get(f).and_then(Value::as_str) {
-                Some(s) => Ok(Cow::Owned(s.to_string())),
-                None => Err(bad(format!("{op}: \"{f}\" is not a string"))),
-            }
-        };
-        let num = |f: &str| -> Result<u64, RecordError> {
-            fields
-                .get(f)
-                .and_then(Value::as_u64)
-                .ok_or_else(|| bad(format!("{op}: \"{f}\" is not an unsigned integer")))
-        };
-        let replicas = || -> Result<Vec<ReplicaAt>, RecordError> {
-            let list = fields
-                .get("replicas")
-                .and_then(Value::as_array)
-                .ok_or_else(|| bad(format!("{op}: \"replicas\" is not a list")))?;
-            list.iter().map(|x| replica(op, x)).collect()
-        };
-        Ok(match op {
-            "mount" => Record::Mount {
-                client: num("client")?,
-                name: text("name")?,
-                base: num("base")?,
-                size: num("size")?,
+        }
+        let w: Wire<'a> = serde_json::from_str(line).map_err(|e| bad(format!("{e}")))?;
+        w.record(names)
+    }
+
+    /// The record with owned strings.
+    pub fn into_owned(self) -> Record<'static> {
+        let own = |c: Cow<'_, str>| Cow::Owned(c.into_owned());
+        match self {
+            Record::Mount {
+                client,
+                name,
+                base,
+                size,
+            } => Record::Mount {
+                client,
+                name: own(name),
+                base,
+                size,
             },
-            "unmount" => Record::Unmount {
-                name: text("name")?,
+            Record::Unmount { name } => Record::Unmount { name: own(name) },
+            Record::Put {
+                key,
+                size,
+                replicas,
+                hard_pin,
+            } => Record::Put {
+                key: own(key),
+                size,
+                replicas,
+                hard_pin,
             },
-            "put" => Record::Put {
-                key: text("key")?,
-                size: num("size")?,
-                replicas: replicas()?,
-                hard_pin: fields
-                    .get("hard_pin")
-                    .and_then(Value::as_bool)
-                    .ok_or_else(|| bad("put: \"hard_pin\" is not a boolean"))?,
+            Record::Hold {
+                key,
+                version,
+                writer,
+                replicas,
+            } => Record::Hold {
+                key: own(key),
+                version,
+                writer,
+                replicas,
             },
-            "hold" => Record::Hold {
-                key: text("key")?,
-                version: num("version")?,
-                writer: num("writer")?,
-                replicas: replicas()?,
+            Record::Unhold { key, version } => Record::Unhold {
+                key: own(key),
+                version,
             },
-            "unhold" => Record::Unhold {
-                key: text("key")?,
-                version: num("version")?,
-            },
-            "del" => Record::Del { key: text("key")? },
-            other => return Err(bad(format!("unknown op {other:?}"))),
-        })
+            Record::Del { key } => Record::Del { key: own(key) },
+        }
     }
 }
 
-/// One `[segment, offset, len]` entry of a record's replica list.
-fn replica(op: &str, x: &Value) -> Result<ReplicaAt, RecordError> {
-    match x.as_array().map(Vec::as_slice) {
-        Some([name, offset, len]) => match (name.as_str(), offset.as_u64(), len.as_u64()) {
-            (Some(name), Some(offset), Some(len)) => Ok(ReplicaAt {
-                segment: Arc::from(name),
-                offset,
-                len,
-            }),
-            _ => Err(bad(format!("{op}: replica {x} is not [name, offset, len]"))),
-        },
-        _ => Err(bad(format!("{op}: replica {x} is not [name, offset, len]"))),
+/// A record's fields as they arrive (every op's, each optional): typed, strings borrowed
+/// where they can be, unknown fields ignored, a duplicated or mistyped one refused.
+#[derive(serde::Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    #[serde(borrow, default)]
+    key: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    client: Option<u64>,
+    base: Option<u64>,
+    size: Option<u64>,
+    version: Option<u64>,
+    writer: Option<u64>,
+    hard_pin: Option<bool>,
+    #[serde(borrow, default)]
+    replicas: Option<Vec<(Cow<'a, str>, u64, u64)>>,
+}
+
+/// Segment names seen while decoding, shared (a snapshot names a few segments a million times).
+#[derive(Default)]
+struct Segments(Vec<Arc<str>>);
+
+impl Segments {
+    fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.0.iter().find(|n| &***n == name) {
+            return n.clone();
+        }
+        let n: Arc<str> = Arc::from(name);
+        if self.0.len() < 64 {
+            self.0.push(n.clone());
+        }
+        n
+    }
+}
+
+impl<'a> Wire<'a> {
+    fn record(self, names: &mut Segments) -> Result<Record<'a>, RecordError> {
+        let op = &*self.op;
+        let text = |v: Option<Cow<'a, str>>, f: &str| {
+            v.ok_or_else(|| bad(format!("{op}: \"{f}\" is not a string")))
+        };
+        let num = |v: Option<u64>, f: &str| {
+            v.ok_or_else(|| bad(format!("{op}: \"{f}\" is not an unsigned integer")))
+        };
+        let mut replicas = |v: Option<Vec<(Cow<'a, str>, u64, u64)>>| {
+            let list = v.ok_or_else(|| bad(format!("{op}: \"replicas\" is not a list")))?;
+            Ok::<_, RecordError>(
+                list.into_iter()
+                    .map(|(name, offset, len)| ReplicaAt {
+                        segment: names.get(&name),
+                        offset,
+                        len,
+                    })
+                    .collect(),
+            )
+        };
+        Ok(match op {
+            "mount" => Record::Mount {
+                client: num(self.client, "client")?,
+                name: text(self.name, "name")?,
+                base: num(self.base, "base")?,
+                size: num(self.size, "size")?,
+            },
+            "unmount" => Record::Unmount {
+                name: text(self.name, "name")?,
+            },
+            "put" => Record::Put {
+                key: text(self.key, "key")?,
+                size: num(self.size, "size")?,
+                replicas: replicas(self.replicas)?,
+                hard_pin: self
+                    .hard_pin
+                    .ok_or_else(|| bad("put: \"hard_pin\" is not a boolean"))?,
+            },
+            "hold" => Record::Hold {
+                key: text(self.key, "key")?,
+                version: num(self.version, "version")?,
+                writer: num(self.writer, "writer")?,
+                replicas: replicas(self.replicas)?,
+            },
+            "unhold" => Record::Unhold {
+                key: text(self.key, "key")?,
+                version: num(self.version, "version")?,
+            },
+            "del" => Record::Del {
+                key: text(self.key, "key")?,
+            },
+            other => return Err(bad(format!("unknown op {other:?}"))),
+        })
     }
 }
 
@@ -353,25 +426,60 @@ pub fn encode_snapshot<'a>(
     out
 }
 
+/// A snapshot's three lists, each entry kept as its text so that one malformed entry is
+/// refused alone.
+#[derive(serde::Deserialize)]
+struct SnapshotLists<'a> {
+    #[serde(borrow, default)]
+    segments: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    objects: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    holds: Option<Vec<&'a RawValue>>,
+}
+
 /// The records of a snapshot, in the order a new leader applies them (segments, then objects,
-/// then held writes); each entry decoded on its own, so one malformed entry is refused alone.
+/// then held writes), borrowing from `snapshot`; each entry decoded on its own, so one
+/// malformed entry is refused alone. Large snapshots are decoded on several threads.
 pub fn decode_snapshot(
     snapshot: &str,
-) -> Result<Vec<Result<Record<'static>, RecordError>>, RecordError> {
-    let v: Value =
-        serde_json::from_str(snapshot).map_err(|e| bad(format!("snapshot is not JSON: {e}")))?;
-    if !v.is_object() {
+) -> Result<Vec<Result<Record<'_>, RecordError>>, RecordError> {
+    // (serde would also read a struct from a list, by position.)
+    if !snapshot.trim_start().starts_with('{') {
         return Err(bad("snapshot is not a JSON object"));
     }
-    let mut out = Vec::new();
-    for part in ["segments", "objects", "holds"] {
-        match &v[part] {
-            Value::Null => {}
-            Value::Array(list) => out.extend(list.iter().map(Record::from_value)),
-            _ => return Err(bad(format!("snapshot: \"{part}\" is not a list"))),
-        }
+    let lists: SnapshotLists<'_> =
+        serde_json::from_str(snapshot).map_err(|e| bad(format!("snapshot: {e}")))?;
+    let entries: Vec<&RawValue> = [lists.segments, lists.objects, lists.holds]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .collect();
+    fn decode<'a>(part: &[&'a RawValue]) -> Vec<Result<Record<'a>, RecordError>> {
+        let mut names = Segments::default();
+        part.iter()
+            .map(|e| Record::decode_borrowed(e.get(), &mut names))
+            .collect()
     }
-    Ok(out)
+    const PER_THREAD: usize = 64 << 10;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(entries.len().div_ceil(PER_THREAD))
+        .max(1);
+    if threads == 1 {
+        return Ok(decode(&entries));
+    }
+    let per = entries.len().div_ceil(threads);
+    Ok(std::thread::scope(|s| {
+        let parts: Vec<_> = entries
+            .chunks(per)
+            .map(|c| s.spawn(move || decode(c)))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().expect("decoding does not panic"))
+            .collect()
+    }))
 }
 
 #[cfg(test)]

@@ -143,6 +143,7 @@ fn malformed_records_are_refused_not_read_as_zeros() {
         "",
         "not json",
         "[1,2]",
+        r#"["del","a"]"#,
         r#"{"key":"a"}"#,
         r#"{"op":7,"key":"a"}"#,
         r#"{"op":"rename","key":"a"}"#,

@@ -80,7 +80,7 @@ pub struct Journal {
     snapshot_bytes: u64,
     /// The batch the current snapshot was taken after and its take number (`None`: no
     /// snapshot, or one in the old form): a new snapshot never reuses its directory.
-    head_dir: Option<(u64, u32)>,
+    head_dir: Option<SnapshotDir>,
 }
 
 /// A snapshot about to be written beside the log: where, what it covers, and what the writer
@@ -104,7 +104,7 @@ pub struct SnapshotWritten {
     batches: u64,
     bytes: u64,
     snapshot_bytes: u64,
-    head_dir: (u64, u32),
+    head_dir: SnapshotDir,
     compact_to: Option<i64>,
 }
 
@@ -295,11 +295,14 @@ pub fn recover(client: &EtcdClient, prefix: &str) -> Result<(Recovered, u64)> {
     recover_with_head(client, prefix).map(|(r, next_seq, _)| (r, next_seq))
 }
 
-/// [`recover`], with the head's batch and take number (`None` without a head in today's form).
+/// The batch a snapshot was taken after and its take number.
+type SnapshotDir = (u64, u32);
+
+/// [`recover`], with the head's snapshot directory (`None` without a head in today's form).
 fn recover_with_head(
     client: &EtcdClient,
     prefix: &str,
-) -> Result<(Recovered, u64, Option<(u64, u32)>)> {
+) -> Result<(Recovered, u64, Option<SnapshotDir>)> {
     let (head, _) = client.get(format!("{prefix}head").as_bytes())?;
     let mut out = Recovered::default();
     let mut next_seq = 0u64;

@@ -92,6 +92,20 @@ impl Objects {
         }
     }
 
+    /// Makes room for `records` objects with `key_bytes` of keys in all, spread over the
+    /// shards (before a snapshot is restored).
+    pub fn reserve(&self, records: usize, key_bytes: usize) {
+        let n = self.shards.len();
+        // Keys spread unevenly over the shards: a little more than the even share.
+        let (per, bytes) = (
+            records / n + records / n / 8 + 16,
+            key_bytes / n + key_bytes / n / 8,
+        );
+        for mut sh in self.all() {
+            sh.table.reserve(per, bytes);
+        }
+    }
+
     /// Installs a complete object rebuilt from the journal (replaces any value of the key).
     pub fn restore(&self, (key, size, replicas, hard_pin): Durable, segs: &Segments) {
         let Some(replicas) = Replicas::from_vec(replicas) else {

@@ -122,6 +122,16 @@ impl Table {
         slot
     }
 
+    /// Makes room for `records` more records with `key_bytes` more key bytes (a new leader
+    /// restoring a snapshot: the table then never grows and rehashes on the way).
+    pub(super) fn reserve(&mut self, records: usize, key_bytes: usize) {
+        self.slots.reserve(records);
+        self.keys.reserve(key_bytes);
+        let (slots, keys, hasher) = (&self.slots, self.keys.as_str(), &self.hasher);
+        self.index
+            .reserve(records, |&i| rehash(hasher, slots, keys, i));
+    }
+
     /// Puts `o` in place of the record in `slot` (same key) and returns the record it replaces.
     pub(super) fn replace(&mut self, slot: u32, mut o: Object) -> Option<Object> {
         let old = self.get_mut(slot)?;
