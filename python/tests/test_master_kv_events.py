@@ -4,8 +4,10 @@ The subscriber keeps a view of the keys from the stream alone, resuming through 
 recovery routes (``/kv_events/snapshot``, ``/kv_events/replay``) as docs/master.md describes,
 and the view is compared with the master's own key list (``/get_all_keys``) after a mixed
 workload (puts, upserts in place and resized, removals, remove_by_regex, remove_all,
-evictions), after a subscriber that joins late, one that misses messages, and one that
-follows a master whose queue overflows (dropped events: a sequence gap, then the snapshot).
+evictions), after a subscriber that joins late, one that misses messages, one that
+follows a master whose queue overflows (dropped events: a sequence gap, then the snapshot),
+and one that follows an HA failover (the new leader numbers above the old one: a gap, then its
+snapshot).
 
 Needs the pip packages ``pyzmq`` and ``msgpack`` (scripts/setup_mooncake_venv.sh installs
 them)."""
@@ -13,11 +15,13 @@ them)."""
 import json
 import socket
 import time
+import types
 import urllib.error
 import urllib.request
 
 import pytest
 
+from etcd_util import Etcd
 from store_util import Master, Peer, connect, wait_until
 
 zmq = pytest.importorskip("zmq")
@@ -338,3 +342,70 @@ def test_dropped_events_leave_a_gap_and_the_snapshot_recovers(endpoint):
         sub.close()
         peer.close()
         m.stop()
+
+
+def leader_of(masters):
+    """The master that says it leads (its /leader names itself), or None."""
+    for m in masters:
+        if m.proc.poll() is not None:
+            continue
+        code, body = http_get(m, "/leader")
+        if code == 200 and json.loads(body).get("leader_address") == m.address:
+            return m
+    return None
+
+
+def test_a_subscriber_follows_a_failover_to_the_new_leaders_inventory():
+    etcd = Etcd()
+    ends = [f"tcp://127.0.0.1:{free_port()}" for _ in range(2)]
+    ha = ("--enable_ha=true", f"--etcd_endpoints={etcd.endpoint}", "--ha_lease_ttl=2",
+          "--enable_oplog=true")
+    masters = [kv_master(e, *ha) for e in ends]
+    peer = sub = s = None
+    try:
+        assert wait_until(lambda: leader_of(masters) is not None, 20), "no leader"
+        first = leader_of(masters)
+        # Clients find the leader through etcd; the subscriber listens to both publishers
+        # (only a leader publishes) and asks the leader's admin routes, as a router would.
+        cluster = types.SimpleNamespace(address=f"etcd://{etcd.endpoint}",
+                                        metadata="P2PHANDSHAKE")
+        peer = Peer(cluster, "server", 64 << 20)
+        sub = Subscriber(ends[0], first)
+        sub.sock.connect(ends[1])
+        sub.start()
+        s = connect(cluster)
+        for i in range(300):
+            assert s.put(f"f/{i}", b"f" * 64) == 0
+        for i in range(0, 300, 4):
+            assert s.remove(f"f/{i}") == 0
+        sub.settle()
+        assert set(sub.view) == master_keys(first)
+        old_last = sub.last
+
+        first.stop()  # SIGKILL
+        assert wait_until(lambda: leader_of(masters) is not None, 30), "no new leader"
+        second = leader_of(masters)
+        assert second is not first
+        # The journal kept the objects; events go on from the new leader.
+        assert wait_until(lambda: s.put("after-failover", b"a") == 0, 30)
+        for i in range(1, 300, 4):
+            assert s.remove(f"f/{i}") == 0
+        for i in range(300, 400):
+            assert s.put(f"f/{i}", b"g" * 64) == 0
+        sub.master = second
+        st = sub.settle()
+        assert st["last_seq"] > old_last + 300, (st, old_last)
+        assert sub.snapshots == 2, "the gap sent the subscriber to the new leader's inventory"
+        keys = master_keys(second)
+        assert len(keys) == 300 - 75 - 75 + 100 + 1
+        assert set(sub.view) == keys
+    finally:
+        if s is not None:
+            s.close()
+        if sub is not None:
+            sub.close()
+        if peer is not None:
+            peer.close()
+        for m in masters:
+            m.stop()
+        etcd.close()

@@ -188,6 +188,9 @@ pub struct KvEvents {
     idle: AtomicBool,
     thread: OnceLock<Thread>,
     ring: Mutex<Ring>,
+    /// The first sequence number of this leadership's messages (1, or higher after
+    /// [`KvEvents::number_after_predecessor`]).
+    first_seq: AtomicU64,
 }
 
 impl KvEvents {
@@ -207,6 +210,7 @@ impl KvEvents {
                 floor: 1,
                 ..Ring::default()
             }),
+            first_seq: AtomicU64::new(1),
         })
     }
 
@@ -254,6 +258,24 @@ impl KvEvents {
             Queue::Bounded(q) => !q.is_empty(),
             Queue::Unbounded(q) => !q.is_empty(),
         }
+    }
+
+    /// Numbers the messages from now on above any number a predecessor could have sent: from
+    /// the time in microseconds since the Unix epoch (a leader sends far fewer than one message
+    /// a microsecond, and its successor starts at least a lease later). A subscriber sees a gap,
+    /// replay answers 410 and it reads this master's inventory. Called by a leader that takes
+    /// over, before it serves.
+    pub fn number_after_predecessor(&self) {
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let first = now_us.max(self.last_seq() + 1);
+        let mut ring = self.ring.lock_clean();
+        ring.msgs.clear();
+        ring.bytes = 0;
+        ring.floor = first;
+        self.first_seq.store(first, Ordering::SeqCst);
+        self.stats.last_seq.store(first - 1, Ordering::SeqCst);
     }
 
     /// The sequence number of the last message sent (0: none yet).

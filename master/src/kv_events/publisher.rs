@@ -73,6 +73,9 @@ impl Numbering {
     /// ids, and one sequence number is skipped so subscribers see the gap. Returns whether any
     /// were lost.
     pub(super) fn account_losses(&mut self, ev: &KvEvents) -> bool {
+        // A leader that took over numbers above its predecessor.
+        let first = ev.first_seq.load(Ordering::SeqCst);
+        self.seq = self.seq.max(first - 1);
         let overflowed = ev.stats.overflowed.load(Ordering::SeqCst);
         let lost = overflowed - self.overflowed_seen;
         if lost == 0 {

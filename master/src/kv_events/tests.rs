@@ -109,3 +109,28 @@ fn unbounded_queue_never_drops() {
     assert_eq!(sent.iter().map(|m| m.1).sum::<usize>(), 100_000);
     assert_eq!(ev.stats.dropped_events.load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn a_leader_that_takes_over_numbers_above_any_predecessor() {
+    // The predecessor: numbered from 1, as far as it got.
+    let old = events(1024);
+    let mut n = Numbering::new();
+    (0..200).for_each(|i| old.push(stored(i)));
+    let sent = drain(&old, &mut n);
+    let old_last = sent.last().unwrap().0;
+    // The successor, numbered from the time in microseconds: far above, and contiguous from
+    // there; its inventory's sequence is read before its first message.
+    let new = events(1024);
+    let mut n = Numbering::new();
+    new.number_after_predecessor();
+    let floor = new.last_seq();
+    assert!(floor > old_last + 1_000_000_000_000_000, "{floor}");
+    (0..70).for_each(|i| new.push(stored(i)));
+    assert_eq!(drain(&new, &mut n), [(floor + 1, 64), (floor + 2, 6)]);
+    // A subscriber that asks the successor for what followed the predecessor's last message
+    // is told to read the inventory.
+    assert_eq!(
+        new.replay(old_last + 1, usize::MAX),
+        Replay::Gone { oldest: floor + 1 }
+    );
+}

@@ -108,6 +108,9 @@ pub fn run(master: Arc<Master>, ha: &HaFlags, advertised: &str, status: &HaStatu
                 if let Err(e) = take_over(&master, ha, &key, view_version) {
                     return format!("taking over: {e}");
                 }
+                if let Some(kv) = master.kv_events() {
+                    kv.number_after_predecessor();
+                }
                 master.set_standby(None);
                 status.set(RuntimeState::Serving, Some(advertised.to_string()), view);
                 leading = true;
