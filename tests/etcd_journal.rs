@@ -266,9 +266,10 @@ fn the_snapshot_limits_grow_with_the_snapshot() {
     };
     assert!(!p.due(9, 99, 0));
     assert!(p.due(10, 0, 0) && p.due(0, 100, 50));
-    // A 1000-byte snapshot: ten times both limits.
-    assert!(!p.due(99, 999, 1000));
-    assert!(p.due(100, 0, 1000) && p.due(0, 1000, 1000));
+    // Up to twice the byte limit, the limits stay; a 1000-byte snapshot: five times both.
+    assert!(!p.due(9, 99, 200) && p.due(10, 0, 200));
+    assert!(!p.due(49, 499, 1000));
+    assert!(p.due(50, 0, 1000) && p.due(0, 500, 1000));
 }
 
 #[test]

@@ -9,7 +9,7 @@
 //! the failover cannot land in another object's bytes.
 
 use super::Master;
-use super::journal_record::{Record, ReplicaAt, decode_snapshot, encode_snapshot};
+use super::journal_record::{Record, ReplicaAt, decode_records, decode_snapshot, encode_snapshot};
 use super::segments::Replica;
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -187,7 +187,8 @@ impl Master {
             _ => 0,
         });
         self.objs.reserve(objects.len(), key_bytes.sum());
-        let log = rec.records.iter().map(|line| Record::decode(line));
+        let lines: Vec<&str> = rec.records.iter().map(String::as_str).collect();
+        let log = decode_records(&lines);
         let apply = |r: Result<Record<'_>, _>| match r {
             Ok(r) => self.apply(r, false),
             Err(e) => tw_log!(Level::Warn, "master: {e}; skipped"),
@@ -202,7 +203,7 @@ impl Master {
             }
         });
         after.into_iter().for_each(apply);
-        log.for_each(apply);
+        log.into_iter().for_each(apply);
         Ok((self.segs.usage().0, self.objs.count()))
     }
 

@@ -450,28 +450,35 @@ pub fn decode_snapshot(
     }
     let lists: SnapshotLists<'_> =
         serde_json::from_str(snapshot).map_err(|e| bad(format!("snapshot: {e}")))?;
-    let entries: Vec<&RawValue> = [lists.segments, lists.objects, lists.holds]
+    let entries: Vec<&str> = [lists.segments, lists.objects, lists.holds]
         .into_iter()
         .flatten()
         .flatten()
+        .map(RawValue::get)
         .collect();
-    fn decode<'a>(part: &[&'a RawValue]) -> Vec<Result<Record<'a>, RecordError>> {
+    Ok(decode_records(&entries))
+}
+
+/// Decodes records (journal lines, or a snapshot's entries), in order, borrowing from them;
+/// many are decoded on several threads.
+pub fn decode_records<'a>(lines: &[&'a str]) -> Vec<Result<Record<'a>, RecordError>> {
+    fn decode<'a>(part: &[&'a str]) -> Vec<Result<Record<'a>, RecordError>> {
         let mut names = Segments::default();
         part.iter()
-            .map(|e| Record::decode_borrowed(e.get(), &mut names))
+            .map(|e| Record::decode_borrowed(e, &mut names))
             .collect()
     }
     const PER_THREAD: usize = 64 << 10;
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .min(entries.len().div_ceil(PER_THREAD))
+        .min(lines.len().div_ceil(PER_THREAD))
         .max(1);
     if threads == 1 {
-        return Ok(decode(&entries));
+        return decode(lines);
     }
-    let per = entries.len().div_ceil(threads);
-    Ok(std::thread::scope(|s| {
-        let parts: Vec<_> = entries
+    let per = lines.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = lines
             .chunks(per)
             .map(|c| s.spawn(move || decode(c)))
             .collect();
@@ -479,7 +486,7 @@ pub fn decode_snapshot(
             .into_iter()
             .flat_map(|h| h.join().expect("decoding does not panic"))
             .collect()
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -304,9 +304,9 @@ fn recover_with_head(
     prefix: &str,
 ) -> Result<(Recovered, u64, Option<SnapshotDir>)> {
     let (head, _) = client.get(format!("{prefix}head").as_bytes())?;
-    let mut out = Recovered::default();
     let mut next_seq = 0u64;
     let mut head_dir = None;
+    let mut snapshot_at = None;
     if let Some(head) = head {
         let h: Value = serde_json::from_slice(&head.value)
             .map_err(|e| Error::new(ErrorKind::Metadata, format!("journal head: {e}")))?;
@@ -314,37 +314,66 @@ fn recover_with_head(
         let chunks = int(&h["chunks"]) as usize;
         let take = h["take"].as_u64().map(|t| t as u32);
         head_dir = take.map(|t| (seq, t));
-        let snap_prefix = snap_dir(prefix, seq, take);
-        // Only the chunks the head counts: a failed earlier try may have left more behind.
-        let snap_end = format!("{snap_prefix}{chunks:08x}");
-        let mut text = Vec::new();
-        let mut got = 0usize;
-        scan(
-            client,
-            snap_prefix.as_bytes(),
-            snap_end.as_bytes(),
-            |_, v| {
-                text.extend_from_slice(v);
-                got += 1;
-                Ok(())
-            },
-        )?;
-        if got != chunks {
-            return Err(Error::new(
-                ErrorKind::Metadata,
-                format!("journal snapshot {seq:x}: {got} of {chunks} chunks present"),
-            ));
-        }
-        out.snapshot = Some(String::from_utf8(text).map_err(|e| {
-            Error::new(
-                ErrorKind::Metadata,
-                format!("journal snapshot {seq:x}: {e}"),
-            )
-        })?);
+        snapshot_at = Some((seq, snap_dir(prefix, seq, take), chunks));
         next_seq = seq + 1;
     }
+    // The snapshot and the log after it are read at the same time (each is many requests).
+    let (snapshot, log) = std::thread::scope(|s| {
+        let log = s.spawn(|| read_log(client, prefix, next_seq));
+        let snapshot = snapshot_at
+            .map(|(seq, dir, chunks)| read_snapshot(client, seq, &dir, chunks))
+            .transpose();
+        let log = log.join().unwrap_or_else(|_| {
+            Err(Error::new(
+                ErrorKind::Internal,
+                "journal: the log reader panicked",
+            ))
+        });
+        (snapshot, log)
+    });
+    let (records, batches, next_seq) = log?;
+    let out = Recovered {
+        snapshot: snapshot?,
+        records,
+        batches,
+    };
+    Ok((out, next_seq, head_dir))
+}
+
+/// The snapshot of `chunks` chunks in `dir` (taken after batch `seq`).
+fn read_snapshot(client: &EtcdClient, seq: u64, dir: &str, chunks: usize) -> Result<String> {
+    // Only the chunks the head counts: a failed earlier try may have left more behind.
+    let end = format!("{dir}{chunks:08x}");
+    let mut text = Vec::new();
+    let mut got = 0usize;
+    scan(client, dir.as_bytes(), end.as_bytes(), |_, v| {
+        text.extend_from_slice(v);
+        got += 1;
+        Ok(())
+    })?;
+    if got != chunks {
+        return Err(Error::new(
+            ErrorKind::Metadata,
+            format!("journal snapshot {seq:x}: {got} of {chunks} chunks present"),
+        ));
+    }
+    String::from_utf8(text).map_err(|e| {
+        Error::new(
+            ErrorKind::Metadata,
+            format!("journal snapshot {seq:x}: {e}"),
+        )
+    })
+}
+
+/// The records of the batches from `next_seq` on, how many batches, and the number after the
+/// last; a missing batch is an error.
+fn read_log(
+    client: &EtcdClient,
+    prefix: &str,
+    mut next_seq: u64,
+) -> Result<(Vec<String>, u64, u64)> {
     let log_prefix = format!("{prefix}log/");
-    let mut pending = None;
+    let (mut records, mut batches, mut pending) = (Vec::new(), 0, None);
     scan(
         client,
         seq_key(prefix, next_seq).as_bytes(),
@@ -360,13 +389,13 @@ fn recover_with_head(
                     ),
                 ));
             }
-            decode_batch(v, k, &mut pending, &mut out.records)?;
-            out.batches += 1;
+            decode_batch(v, k, &mut pending, &mut records)?;
+            batches += 1;
             next_seq += 1;
             Ok(())
         },
     )?;
-    Ok((out, next_seq, head_dir))
+    Ok((records, batches, next_seq))
 }
 
 impl Journal {

@@ -20,9 +20,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 /// When to replace the log by a snapshot. Both limits grow with the snapshot: once it is
-/// larger than `max_bytes`, they are multiplied by (snapshot bytes / `max_bytes`), so a large
-/// state is not rewritten whole for every small stretch of log (writing snapshots then costs
-/// about as much as the log itself, and a successor reads at most about twice the snapshot).
+/// larger than twice `max_bytes`, they are multiplied by (snapshot bytes / 2 `max_bytes`), so
+/// a large state is not rewritten whole for every small stretch of log (writing snapshots then
+/// costs about twice the log itself) and a successor reads at most about one and a half
+/// snapshots (at a million objects, the log it replays costs it more per object than the
+/// snapshot).
 #[derive(Debug, Clone, Copy)]
 pub struct CompactPolicy {
     /// Batches since the last snapshot.
@@ -35,7 +37,7 @@ impl CompactPolicy {
     /// Whether `batches` and `bytes` of log since a snapshot of `snapshot` bytes call for a
     /// new snapshot.
     pub fn due(&self, batches: u64, bytes: u64, snapshot: u64) -> bool {
-        let scale = (snapshot / self.max_bytes.max(1)).max(1);
+        let scale = (snapshot / self.max_bytes.max(1) / 2).max(1);
         batches >= self.max_batches.saturating_mul(scale)
             || bytes >= self.max_bytes.saturating_mul(scale)
     }
@@ -56,6 +58,9 @@ pub type SnapshotFn = Box<dyn Fn() -> String + Send + Sync>;
 /// Retries of a group that etcd did not take (an unreachable cluster, an election in etcd).
 const RETRIES: u32 = 10;
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// How often an idle writer looks at its snapshot (one finished, or one due).
+const IDLE_LOOK: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn is_fenced(e: &Error) -> bool {
     e.message().contains("no longer the leader")
@@ -94,17 +99,27 @@ impl Shared {
         loop {
             let group: Vec<String> = {
                 let q = self.lock();
-                let mut q = self
+                let (mut q, waited) = self
                     .work
-                    .wait_while(q, |q| q.pending.is_empty() && !q.stop)
+                    .wait_timeout_while(q, IDLE_LOOK, |q| q.pending.is_empty() && !q.stop)
                     .recover();
-                if q.pending.is_empty() {
+                if q.pending.is_empty() && q.stop {
                     drop(q);
                     // Stopping, nothing left: a snapshot being written is finished first.
                     if let Some(c) = compaction.take() {
                         let _ = self.compaction_done(&mut journal, c);
                     }
                     return;
+                }
+                if waited.timed_out() && q.pending.is_empty() {
+                    drop(q);
+                    // Idle: a snapshot that finished is taken in, and one that is due (the log
+                    // grew while the last was written) starts now rather than at the next
+                    // commit, so a successor finds a short log.
+                    if !self.maybe_snapshot(&mut journal, &mut compaction, &snapshot, policy) {
+                        return;
+                    }
+                    continue;
                 }
                 q.pending.drain(..).collect()
             };
@@ -133,21 +148,36 @@ impl Shared {
             }
             self.done.notify_all();
             drop(q);
-            if compaction.as_ref().is_some_and(|c| c.is_finished()) {
-                let c = compaction.take().expect("checked");
-                if !self.compaction_done(&mut journal, c) {
-                    return;
-                }
-            }
-            let (batches, bytes) = journal.backlog();
-            if compaction.is_none() && policy.due(batches, bytes, journal.snapshot_bytes()) {
-                let plan = journal.plan_snapshot();
-                match start_snapshot(plan, snapshot.clone(), (batches, bytes)) {
-                    Ok(c) => compaction = Some(c),
-                    Err(e) => tw_log!(Level::Warn, "journal: snapshot thread: {e}"),
-                }
+            if !self.maybe_snapshot(&mut journal, &mut compaction, &snapshot, policy) {
+                return;
             }
         }
+    }
+
+    /// Takes in a finished snapshot, and starts the next one when the log since is due; false
+    /// when this writer was fenced off.
+    fn maybe_snapshot(
+        &self,
+        journal: &mut Journal,
+        compaction: &mut Option<JoinHandle<Result<SnapshotWritten>>>,
+        snapshot: &Arc<SnapshotFn>,
+        policy: CompactPolicy,
+    ) -> bool {
+        if compaction.as_ref().is_some_and(|c| c.is_finished()) {
+            let c = compaction.take().expect("checked");
+            if !self.compaction_done(journal, c) {
+                return false;
+            }
+        }
+        let (batches, bytes) = journal.backlog();
+        if compaction.is_none() && policy.due(batches, bytes, journal.snapshot_bytes()) {
+            let plan = journal.plan_snapshot();
+            match start_snapshot(plan, snapshot.clone(), (batches, bytes)) {
+                Ok(c) => *compaction = Some(c),
+                Err(e) => tw_log!(Level::Warn, "journal: snapshot thread: {e}"),
+            }
+        }
+        true
     }
 
     /// Takes in a finished snapshot thread's result; false when this writer was fenced off
