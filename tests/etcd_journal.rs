@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tidewire::ErrorKind;
 use tidewire::etcd::EtcdClient;
-use tidewire::etcd::journal::{Fence, Journal, MAX_RECORD, MAX_VALUE, recover};
+use tidewire::etcd::journal::{Fence, Journal, JournalTail, MAX_RECORD, MAX_VALUE, recover};
 use tidewire::etcd::journal_writer::{CompactPolicy, JournalWriter};
 
 fn setup(tag: &str) -> (Etcd, Arc<EtcdClient>, String, Fence) {
@@ -355,5 +355,50 @@ fn a_head_in_the_earlier_form_still_reads_back() {
     assert_eq!(
         recover(&c, &prefix).unwrap().0.snapshot.as_deref(),
         Some("new")
+    );
+}
+
+#[test]
+fn a_standby_tail_reads_what_is_new_and_opens_as_a_full_read_would() {
+    let (_etcd, c, prefix, fence) = setup("tail");
+    let (mut j, _) = Journal::open(c.clone(), &prefix, fence.clone()).unwrap();
+    let mut tail = JournalTail::new(c.clone(), &prefix);
+    tail.poll().unwrap();
+    assert_eq!(tail.records(), 0);
+    let recs = |r: std::ops::Range<usize>| r.map(record).collect::<Vec<_>>();
+    j.append(&recs(0..3000)).unwrap();
+    tail.poll().unwrap();
+    assert_eq!(tail.records(), 3000);
+    // A snapshot replaces what the tail read: it reads the snapshot and the log after it.
+    j.compact("snapshot-1").unwrap();
+    j.append(&recs(3000..3010)).unwrap();
+    tail.poll().unwrap();
+    assert_eq!(tail.records(), 10);
+    // A record in parts, the tail polling between them, is read whole.
+    let huge = format!(r#"{{"op":"put","key":"{}"}}"#, "q".repeat(3 * MAX_VALUE));
+    j.append(&[huge.clone()]).unwrap();
+    tail.poll().unwrap();
+    j.append(&recs(3010..3020)).unwrap();
+    drop(j);
+    // The new leader opens from the tail; the old one is fenced off.
+    c.delete(fence.key.as_bytes()).unwrap();
+    let won = c.put_if_absent(fence.key.as_bytes(), b"new:2", 0).unwrap();
+    let new_fence = Fence {
+        key: fence.key.clone(),
+        create_revision: won.revision,
+    };
+    let (mut j2, r) = Journal::open_from_tail(c.clone(), &prefix, new_fence, tail).unwrap();
+    let (full, _) = recover(&c, &prefix).unwrap();
+    assert_eq!(r.snapshot.as_deref(), Some("snapshot-1"));
+    let mut want = recs(3000..3010);
+    want.push(huge);
+    want.extend(recs(3010..3020));
+    assert_eq!(r.records, want);
+    assert_eq!((r.records, r.snapshot), (full.records, full.snapshot));
+    // It appends after what it read.
+    j2.append(&["next".to_string()]).unwrap();
+    assert_eq!(
+        recover(&c, &prefix).unwrap().0.records.last().unwrap(),
+        "next"
     );
 }

@@ -291,53 +291,159 @@ fn scan(
 
 /// Reads the journal under `prefix`: the current snapshot and every batch after it, checking
 /// that none is missing.
-pub fn recover(client: &EtcdClient, prefix: &str) -> Result<(Recovered, u64)> {
-    recover_with_head(client, prefix).map(|(r, next_seq, _)| (r, next_seq))
+pub fn recover(client: &Arc<EtcdClient>, prefix: &str) -> Result<(Recovered, u64)> {
+    let mut tail = JournalTail::new(client.clone(), prefix);
+    tail.poll()?;
+    let (rec, next_seq, _) = tail.into_parts();
+    Ok((rec, next_seq))
 }
 
 /// The batch a snapshot was taken after and its take number.
 type SnapshotDir = (u64, u32);
 
-/// [`recover`], with the head's snapshot directory (`None` without a head in today's form).
-fn recover_with_head(
-    client: &EtcdClient,
-    prefix: &str,
-) -> Result<(Recovered, u64, Option<SnapshotDir>)> {
-    let (head, _) = client.get(format!("{prefix}head").as_bytes())?;
-    let mut next_seq = 0u64;
-    let mut head_dir = None;
-    let mut snapshot_at = None;
-    if let Some(head) = head {
-        let h: Value = serde_json::from_slice(&head.value)
-            .map_err(|e| Error::new(ErrorKind::Metadata, format!("journal head: {e}")))?;
-        let seq = int(&h["snapshot"]) as u64;
-        let chunks = int(&h["chunks"]) as usize;
-        let take = h["take"].as_u64().map(|t| t as u32);
-        head_dir = take.map(|t| (seq, t));
-        snapshot_at = Some((seq, snap_dir(prefix, seq, take), chunks));
-        next_seq = seq + 1;
+/// What `head` names: the snapshot's batch, directory and chunk count, and its directory in
+/// today's form (`None` for the old form).
+fn parse_head(prefix: &str, raw: &[u8]) -> Result<(u64, String, usize, Option<SnapshotDir>)> {
+    let h: Value = serde_json::from_slice(raw)
+        .map_err(|e| Error::new(ErrorKind::Metadata, format!("journal head: {e}")))?;
+    let seq = int(&h["snapshot"]) as u64;
+    let chunks = int(&h["chunks"]) as usize;
+    let take = h["take"].as_u64().map(|t| t as u32);
+    Ok((
+        seq,
+        snap_dir(prefix, seq, take),
+        chunks,
+        take.map(|t| (seq, t)),
+    ))
+}
+
+/// The journal as read so far: a standby keeps one up to date ([`JournalTail::poll`]) while it
+/// stands by, so that on winning it reads only what the leader wrote since
+/// ([`Journal::open_from_tail`]); [`recover`] is one poll of a new one.
+pub struct JournalTail {
+    client: Arc<EtcdClient>,
+    prefix: String,
+    /// The `head` value the snapshot was read from (outer `None`: nothing read yet, or a poll
+    /// failed and everything is read again).
+    head: Option<Option<Vec<u8>>>,
+    head_dir: Option<SnapshotDir>,
+    snapshot: Option<String>,
+    records: Vec<String>,
+    batches: u64,
+    next_seq: u64,
+    pending: Option<Pending>,
+}
+
+impl JournalTail {
+    /// Nothing read yet of the journal under `prefix`.
+    pub fn new(client: Arc<EtcdClient>, prefix: &str) -> JournalTail {
+        JournalTail {
+            client,
+            prefix: prefix.to_string(),
+            head: None,
+            head_dir: None,
+            snapshot: None,
+            records: Vec::new(),
+            batches: 0,
+            next_seq: 0,
+            pending: None,
+        }
     }
-    // The snapshot and the log after it are read at the same time (each is many requests).
-    let (snapshot, log) = std::thread::scope(|s| {
-        let log = s.spawn(|| read_log(client, prefix, next_seq));
-        let snapshot = snapshot_at
-            .map(|(seq, dir, chunks)| read_snapshot(client, seq, &dir, chunks))
-            .transpose();
-        let log = log.join().unwrap_or_else(|_| {
-            Err(Error::new(
-                ErrorKind::Internal,
-                "journal: the log reader panicked",
-            ))
-        });
-        (snapshot, log)
-    });
-    let (records, batches, next_seq) = log?;
-    let out = Recovered {
-        snapshot: snapshot?,
-        records,
-        batches,
-    };
-    Ok((out, next_seq, head_dir))
+
+    /// Reads what was written since the last poll: the snapshot `head` names when it changed
+    /// (then the log after it again), and the batches after the last one read. On an error
+    /// the next poll reads everything again.
+    pub fn poll(&mut self) -> Result<()> {
+        let r = self.poll_once();
+        if r.is_err() {
+            self.head = None;
+        }
+        r
+    }
+
+    fn poll_once(&mut self) -> Result<()> {
+        let (head, _) = self.client.get(format!("{}head", self.prefix).as_bytes())?;
+        let head = head.map(|h| h.value);
+        if self.head.as_ref() == Some(&head) {
+            return self.read_log();
+        }
+        let mut snapshot_at = None;
+        (self.next_seq, self.head_dir) = (0, None);
+        if let Some(raw) = &head {
+            let (seq, dir, chunks, head_dir) = parse_head(&self.prefix, raw)?;
+            snapshot_at = Some((seq, dir, chunks));
+            (self.next_seq, self.head_dir) = (seq + 1, head_dir);
+        }
+        self.records.clear();
+        (self.batches, self.pending, self.snapshot) = (0, None, None);
+        // The snapshot and the log after it are read at the same time (each is many requests).
+        let client = self.client.clone();
+        let snapshot = std::thread::scope(|s| {
+            let snapshot = s.spawn(|| {
+                snapshot_at
+                    .map(|(seq, dir, chunks)| read_snapshot(&client, seq, &dir, chunks))
+                    .transpose()
+            });
+            let log = self.read_log();
+            let snapshot = snapshot.join().unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Internal,
+                    "journal: the snapshot reader panicked",
+                ))
+            });
+            log.and(snapshot)
+        })?;
+        self.snapshot = snapshot;
+        self.head = Some(head);
+        Ok(())
+    }
+
+    /// Reads the batches from `next_seq` on; a missing batch is an error.
+    fn read_log(&mut self) -> Result<()> {
+        let (prefix, log_prefix) = (&self.prefix, format!("{}log/", self.prefix));
+        let (next_seq, pending, records) =
+            (&mut self.next_seq, &mut self.pending, &mut self.records);
+        let mut batches = 0;
+        scan(
+            &self.client,
+            seq_key(prefix, *next_seq).as_bytes(),
+            &prefix_end(log_prefix.as_bytes()),
+            |k, v| {
+                let want = seq_key(prefix, *next_seq);
+                if k != want.as_bytes() {
+                    return Err(Error::new(
+                        ErrorKind::Metadata,
+                        format!(
+                            "journal: batch {want} missing (found {})",
+                            String::from_utf8_lossy(k)
+                        ),
+                    ));
+                }
+                decode_batch(v, k, pending, records)?;
+                batches += 1;
+                *next_seq += 1;
+                Ok(())
+            },
+        )?;
+        self.batches += batches;
+        Ok(())
+    }
+
+    /// Records read so far after the snapshot.
+    pub fn records(&self) -> usize {
+        self.records.len()
+    }
+
+    /// What was read (a record whose parts stop before the last is left out: it was never
+    /// acknowledged), the number of the next batch, and the snapshot's directory.
+    fn into_parts(self) -> (Recovered, u64, Option<SnapshotDir>) {
+        let rec = Recovered {
+            snapshot: self.snapshot,
+            records: self.records,
+            batches: self.batches,
+        };
+        (rec, self.next_seq, self.head_dir)
+    }
 }
 
 /// The snapshot of `chunks` chunks in `dir` (taken after batch `seq`).
@@ -365,39 +471,6 @@ fn read_snapshot(client: &EtcdClient, seq: u64, dir: &str, chunks: usize) -> Res
     })
 }
 
-/// The records of the batches from `next_seq` on, how many batches, and the number after the
-/// last; a missing batch is an error.
-fn read_log(
-    client: &EtcdClient,
-    prefix: &str,
-    mut next_seq: u64,
-) -> Result<(Vec<String>, u64, u64)> {
-    let log_prefix = format!("{prefix}log/");
-    let (mut records, mut batches, mut pending) = (Vec::new(), 0, None);
-    scan(
-        client,
-        seq_key(prefix, next_seq).as_bytes(),
-        &prefix_end(log_prefix.as_bytes()),
-        |k, v| {
-            let want = seq_key(prefix, next_seq);
-            if k != want.as_bytes() {
-                return Err(Error::new(
-                    ErrorKind::Metadata,
-                    format!(
-                        "journal: batch {want} missing (found {})",
-                        String::from_utf8_lossy(k)
-                    ),
-                ));
-            }
-            decode_batch(v, k, &mut pending, &mut records)?;
-            batches += 1;
-            next_seq += 1;
-            Ok(())
-        },
-    )?;
-    Ok((records, batches, next_seq))
-}
-
 impl Journal {
     /// Reads the journal under `prefix` (see [`recover`]) and returns a writer that appends
     /// after it, fenced on `fence`, with what was recovered.
@@ -406,11 +479,34 @@ impl Journal {
         prefix: &str,
         fence: Fence,
     ) -> Result<(Journal, Recovered)> {
-        let (rec, next_seq, head_dir) = recover_with_head(&client, prefix)?;
+        let mut tail = JournalTail::new(client, prefix);
+        tail.poll()?;
+        Ok(Journal::after(tail, fence))
+    }
+
+    /// [`open`](Self::open) from what a standby has read already: only what was written since
+    /// its last poll is read now (all of it again when `tail` is of another prefix).
+    pub fn open_from_tail(
+        client: Arc<EtcdClient>,
+        prefix: &str,
+        fence: Fence,
+        mut tail: JournalTail,
+    ) -> Result<(Journal, Recovered)> {
+        if tail.prefix != prefix {
+            tail = JournalTail::new(client, prefix);
+        }
+        tail.poll()?;
+        Ok(Journal::after(tail, fence))
+    }
+
+    /// A writer that appends after what `tail` read.
+    fn after(tail: JournalTail, fence: Fence) -> (Journal, Recovered) {
+        let (client, prefix) = (tail.client.clone(), tail.prefix.clone());
+        let (rec, next_seq, head_dir) = tail.into_parts();
         let bytes = rec.records.iter().map(|r| r.len() as u64).sum();
         let j = Journal {
             client,
-            prefix: prefix.to_string(),
+            prefix,
             fence,
             next_seq,
             batches: rec.batches,
@@ -419,7 +515,7 @@ impl Journal {
             head_dir,
             snapshot_bytes: rec.snapshot.as_ref().map_or(0, |s| s.len() as u64),
         };
-        Ok((j, rec))
+        (j, rec)
     }
 
     /// Batches and bytes appended since the last snapshot (for deciding when to compact).
