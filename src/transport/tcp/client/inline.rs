@@ -219,6 +219,14 @@ pub(super) fn receive(sh: &Shared, lanes: &mut [LaneReplies<'_>]) -> bool {
 /// more unread replies than two runs (see the constant for why that bounds the headers in
 /// flight). True when every reply was read here (none failed before sending, none handed to
 /// the receiver thread).
+///
+/// Replies come in the order the requests went out, so whoever reads them must take them in
+/// that order. The caller holds one run it has sent but not read while it reads the one before:
+/// when part of that earlier run goes to the receiver thread (its replies were slow to come),
+/// the run held goes there too, behind it; when sending the next run had to reconnect, the run
+/// held was lost with the old connection and is re-sent. Read here instead, it would take
+/// replies meant for other requests: every byte landing in another request's place, and every
+/// request reported complete.
 pub(super) fn read_in_runs(
     sh: &Shared,
     lane: usize,
@@ -234,14 +242,46 @@ pub(super) fn read_in_runs(
             break;
         }
         let sent = run.len();
+        let generation = tx.generation;
         let mine = tx.send_collect(sh, lane, &mut run, true);
         all_here &= mine.len() == sent;
+        if tx.generation != generation {
+            // A new connection: the receiver thread reads the new stream from its next message
+            // on, so no reply of the old one can be read any more.
+            if let Some(held) = unread.take() {
+                all_here = false;
+                lost_with_connection(sh, lane, held);
+            }
+        }
         if let Some(prev) = unread.replace(mine) {
-            all_here &= receive(sh, &mut [(lane, &tx.expect, prev.into_iter())]);
+            if !receive(sh, &mut [(lane, &tx.expect, prev.into_iter())]) {
+                all_here = false;
+                if let Some(held) = unread.take() {
+                    hand_over(sh, lane, &tx.expect, held);
+                }
+            }
         }
     }
     if let Some(last) = unread {
         all_here &= receive(sh, &mut [(lane, &tx.expect, last.into_iter())]);
     }
     all_here
+}
+
+/// Posts `held` (sent on `lane`, replies not read) to the lane's receiver thread, in order.
+fn hand_over(sh: &Shared, lane: usize, expect: &Sender<Expect>, held: Vec<(Slice, VmSent)>) {
+    for (s, vm) in held {
+        if let Err(Expect::Reply(s, _)) = sh.post(lane, expect, Expect::Reply(s, vm)) {
+            s.done.finish(Err(ErrorKind::Shutdown));
+        }
+    }
+}
+
+/// Fails or re-queues `held`, sent on a connection of `lane` that has since been replaced
+/// before their replies were read (what the receiver does with the slices of a broken stream).
+fn lost_with_connection(sh: &Shared, lane: usize, held: Vec<(Slice, VmSent)>) {
+    for (s, _) in held {
+        sh.credit[lane].give(s.len);
+        sh.fail_or_retry(s, ErrorKind::Socket, true);
+    }
 }
