@@ -1,5 +1,6 @@
 """A real etcd for the tests (``etcd`` from PATH, Debian's etcd-server) on 127.0.0.1 with free
-ports, stopped by PID, its data in a temporary directory."""
+ports, stopped by PID, its data in a temporary directory. (Also used by bench/ha_failover.py,
+so it needs nothing beyond the standard library.)"""
 
 import base64
 import json
@@ -10,8 +11,6 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-
-import pytest
 
 
 def free_port():
@@ -25,7 +24,7 @@ def free_port():
 class Etcd:
     def __init__(self):
         if shutil.which("etcd") is None:
-            pytest.fail("etcd is not installed (Debian: etcd-server)")
+            raise RuntimeError("etcd is not installed (Debian: etcd-server)")
         self.dir = tempfile.mkdtemp(prefix="tw-py-etcd-")
         self.port, peer = free_port(), free_port()
         c, p = "http://127.0.0.1:%d" % self.port, "http://127.0.0.1:%d" % peer
@@ -46,7 +45,7 @@ class Etcd:
             except OSError:
                 time.sleep(0.05)
         self.close()
-        pytest.fail("etcd did not start")
+        raise RuntimeError("etcd did not start")
 
     def keys(self):
         b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
@@ -57,6 +56,23 @@ class Etcd:
         with urllib.request.urlopen(req, timeout=5) as r:
             kvs = json.loads(r.read()).get("kvs") or []
         return sorted(base64.b64decode(kv["key"]).decode() for kv in kvs)
+
+    def db_size(self):
+        """etcd's database size and the part of it in use, bytes."""
+        req = urllib.request.Request("http://%s/v3/maintenance/status" % self.endpoint,
+                                     method="POST", data=b"{}")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            st = json.loads(r.read())
+        return int(st.get("dbSize", 0)), int(st.get("dbSizeInUse", 0))
+
+    def get(self, key):
+        """The value at ``key`` (str), or None."""
+        b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+        req = urllib.request.Request("http://%s/v3/kv/range" % self.endpoint, method="POST",
+                                     data=json.dumps({"key": b64(key)}).encode())
+        with urllib.request.urlopen(req, timeout=5) as r:
+            kvs = json.loads(r.read()).get("kvs") or []
+        return base64.b64decode(kvs[0]["value"]).decode(errors="replace") if kvs else None
 
     def close(self):
         self.proc.terminate()
