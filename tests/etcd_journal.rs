@@ -376,7 +376,7 @@ fn a_standby_tail_reads_what_is_new_and_opens_as_a_full_read_would() {
     assert_eq!(tail.records(), 10);
     // A record in parts, the tail polling between them, is read whole.
     let huge = format!(r#"{{"op":"put","key":"{}"}}"#, "q".repeat(3 * MAX_VALUE));
-    j.append(&[huge.clone()]).unwrap();
+    j.append(std::slice::from_ref(&huge)).unwrap();
     tail.poll().unwrap();
     j.append(&recs(3010..3020)).unwrap();
     drop(j);
