@@ -47,6 +47,13 @@ fn two_leader_kills_and_a_cold_restart_keep_every_acknowledged_object() {
             ha.restored_line()
         );
         assert!(f.first_put < Duration::from_secs(6), "{f:?}");
+        // The new leader had read the journal while it stood by.
+        let (after_snapshot, read_before) = ha.restored_records();
+        assert!(
+            after_snapshot == 0 || read_before > 0,
+            "nothing read while standing by: {}",
+            ha.restored_line()
+        );
         probes.push(probe);
     }
     let cold = ha.cold_restart(3, c, "after-cold-restart");

@@ -362,6 +362,23 @@ impl HaCluster {
             .unwrap_or_default()
     }
 
+    /// From the leader's restore line: (records after the snapshot, how many of them it had
+    /// read while standing by).
+    pub fn restored_records(&self) -> (usize, usize) {
+        let line = self.restored_line();
+        let num_before = |what: &str| -> usize {
+            line.split(what)
+                .next()
+                .and_then(|head| head.rsplit(['(', ' ', ',']).find(|w| !w.is_empty()))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no count before {what:?} in {line:?}"))
+        };
+        (
+            num_before(" record(s) after the snapshot"),
+            num_before(" of them read while standing by"),
+        )
+    }
+
     /// etcd's database size and the part of it in use, bytes (`/v3/maintenance/status`).
     pub fn etcd_db_size(&self) -> (u64, u64) {
         let c = EtcdClient::new(&self.etcd.endpoints(), Duration::from_secs(5)).unwrap();
