@@ -191,6 +191,9 @@ pub struct KvEvents {
     /// The first sequence number of this leadership's messages (1, or higher after
     /// [`KvEvents::number_after_predecessor`]).
     first_seq: AtomicU64,
+    /// Events are not queued: an HA master standing by or rebuilding its state from the
+    /// journal (its inventory then is what a subscriber reads).
+    muted: AtomicBool,
 }
 
 impl KvEvents {
@@ -211,6 +214,7 @@ impl KvEvents {
                 ..Ring::default()
             }),
             first_seq: AtomicU64::new(1),
+            muted: AtomicBool::new(false),
         })
     }
 
@@ -227,6 +231,9 @@ impl KvEvents {
     /// Queues one event: never blocks. When the queue is full the oldest event is dropped (and
     /// counted).
     pub fn push(&self, ev: Event) {
+        if self.muted.load(Ordering::Relaxed) {
+            return;
+        }
         self.stats.queued_events.fetch_add(1, Ordering::Relaxed);
         match &self.queue {
             Queue::Bounded(q) => {
@@ -260,6 +267,13 @@ impl KvEvents {
         }
     }
 
+    /// Queues nothing until [`number_after_predecessor`](Self::number_after_predecessor): an
+    /// HA master's events start when it leads (the changes its rebuild makes are no news: a
+    /// subscriber reads them in its inventory).
+    pub fn mute_until_leading(&self) {
+        self.muted.store(true, Ordering::SeqCst);
+    }
+
     /// Numbers the messages from now on above any number a predecessor could have sent: from
     /// the time in microseconds since the Unix epoch (a leader sends far fewer than one message
     /// a microsecond, and its successor starts at least a lease later). A subscriber sees a gap,
@@ -276,6 +290,7 @@ impl KvEvents {
         ring.floor = first;
         self.first_seq.store(first, Ordering::SeqCst);
         self.stats.last_seq.store(first - 1, Ordering::SeqCst);
+        self.muted.store(false, Ordering::SeqCst);
     }
 
     /// The sequence number of the last message sent (0: none yet).

@@ -122,6 +122,10 @@ fn a_leader_that_takes_over_numbers_above_any_predecessor() {
     // there; its inventory's sequence is read before its first message.
     let new = events(1024);
     let mut n = Numbering::new();
+    // Standing by and rebuilding, it queues nothing (its inventory covers the rebuild).
+    new.mute_until_leading();
+    new.push(stored(999));
+    assert_eq!(drain(&new, &mut n), []);
     new.number_after_predecessor();
     let floor = new.last_seq();
     assert!(floor > old_last + 1_000_000_000_000_000, "{floor}");

@@ -31,6 +31,9 @@ fn run(f: flags::Flags) -> Result<(), String> {
     let master = Arc::new(Master::new(f.master.clone()));
     if let Some(kv) = &f.kv_events {
         let ev = tidewire_master::kv_events::KvEvents::new(kv.clone());
+        if f.ha.is_some() {
+            ev.mute_until_leading();
+        }
         ev.start()?;
         master.enable_kv_events(ev);
     }
