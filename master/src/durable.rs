@@ -74,7 +74,7 @@ impl Master {
             objects
                 .iter()
                 .zip(object_names)
-                .map(|((key, size, _, pin), named)| Record::put(key, *size, named, *pin)),
+                .map(|((key, size, _, pin, v), named)| Record::put(key, *size, named, *pin, *v)),
             holds
                 .iter()
                 .zip(hold_names)
@@ -125,6 +125,7 @@ impl Master {
                 size,
                 replicas,
                 hard_pin,
+                version,
             } => {
                 // A replaced value's space first: the new one may lie where it did.
                 if !fresh {
@@ -132,8 +133,10 @@ impl Master {
                 }
                 let reps = self.reserve_replicas(&key, &replicas, size);
                 if !reps.is_empty() {
-                    self.objs
-                        .restore((key.into_owned(), size, reps, hard_pin), &self.segs);
+                    self.objs.restore(
+                        (key.into_owned(), size, reps, hard_pin, version),
+                        &self.segs,
+                    );
                 }
             }
         }

@@ -9,7 +9,7 @@
 //! ```text
 //! {"base":B,"client":C,"name":"seg","op":"mount","size":S}
 //! {"name":"seg","op":"unmount"}
-//! {"hard_pin":false,"key":"k","op":"put","replicas":[["seg",offset,size],...],"size":S}
+//! {"hard_pin":false,"key":"k","op":"put","replicas":[["seg",offset,size],...],"size":S,"version":V}
 //! {"key":"k","op":"hold","replicas":[["seg",offset,len],...],"version":V,"writer":W}
 //! {"key":"k","op":"unhold","version":V}
 //! {"key":"k","op":"del"}
@@ -66,6 +66,9 @@ pub enum Record<'a> {
         replicas: Vec<ReplicaAt>,
         /// Hard-pinned (never evicted).
         hard_pin: bool,
+        /// The write that published it (its PutEnd, resent to a new leader, is then known);
+        /// `None` in records written before versions were journaled.
+        version: Option<u64>,
     },
     /// An unfinished write's space: a new leader keeps it from reuse until the writer reports.
     Hold {
@@ -141,13 +144,21 @@ fn put_replicas(out: &mut String, replicas: &[ReplicaAt]) {
 }
 
 impl<'a> Record<'a> {
-    /// A complete object's record: `size` bytes at each (segment name, offset) of `replicas`.
-    pub fn put(key: &'a str, size: u64, replicas: Vec<(Arc<str>, u64)>, hard_pin: bool) -> Self {
+    /// A complete object's record: `size` bytes at each (segment name, offset) of `replicas`,
+    /// published by write `version` (`None`: not known).
+    pub fn put(
+        key: &'a str,
+        size: u64,
+        replicas: Vec<(Arc<str>, u64)>,
+        hard_pin: bool,
+        version: Option<u64>,
+    ) -> Self {
         Record::Put {
             key: Cow::Borrowed(key),
             size,
             replicas: placed(replicas, size),
             hard_pin,
+            version,
         }
     }
 
@@ -207,12 +218,17 @@ impl<'a> Record<'a> {
                 size,
                 replicas,
                 hard_pin,
+                version,
             } => {
                 let _ = write!(o, "{{\"hard_pin\":{hard_pin},\"key\":");
                 put_str(&mut o, key);
                 o.push_str(",\"op\":\"put\",\"replicas\":");
                 put_replicas(&mut o, replicas);
-                let _ = write!(o, ",\"size\":{size}}}");
+                let _ = write!(o, ",\"size\":{size}");
+                if let Some(v) = version {
+                    let _ = write!(o, ",\"version\":{v}");
+                }
+                o.push('}');
             }
             Record::Hold {
                 key,
@@ -277,11 +293,13 @@ impl<'a> Record<'a> {
                 size,
                 replicas,
                 hard_pin,
+                version,
             } => Record::Put {
                 key: own(key),
                 size,
                 replicas,
                 hard_pin,
+                version,
             },
             Record::Hold {
                 key,
@@ -378,6 +396,7 @@ impl<'a> Wire<'a> {
                 hard_pin: self
                     .hard_pin
                     .ok_or_else(|| bad("put: \"hard_pin\" is not a boolean"))?,
+                version: self.version,
             },
             "hold" => Record::Hold {
                 key: text(self.key, "key")?,

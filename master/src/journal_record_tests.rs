@@ -41,6 +41,7 @@ fn golden() -> Vec<(Record<'static>, &'static str)> {
                 size: 4096,
                 replicas: vec![at("segA", 0, 4096), at("segB", 8192, 4096)],
                 hard_pin: true,
+                version: None,
             },
             "{\"hard_pin\":true,\"key\":\"k\\u00001 \u{e9}\\\"\\\\\\n\",\"op\":\"put\",\
              \"replicas\":[[\"segA\",0,4096],[\"segB\",8192,4096]],\"size\":4096}",
@@ -51,8 +52,9 @@ fn golden() -> Vec<(Record<'static>, &'static str)> {
                 size: 0,
                 replicas: vec![],
                 hard_pin: false,
+                version: Some(7),
             },
-            r#"{"hard_pin":false,"key":"plain","op":"put","replicas":[],"size":0}"#,
+            r#"{"hard_pin":false,"key":"plain","op":"put","replicas":[],"size":0,"version":7}"#,
         ),
         (
             Record::Hold {
@@ -106,6 +108,7 @@ fn a_snapshot_encodes_to_the_golden_bytes_and_decodes_in_apply_order() {
             size: 8,
             replicas: placed(names.to_vec(), 8),
             hard_pin: false,
+            version: None,
         }],
         [Record::Hold {
             key: k("b"),

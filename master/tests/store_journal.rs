@@ -173,3 +173,22 @@ fn a_malformed_record_is_skipped_and_the_rest_restored() {
     };
     assert!(m.restore(&rec).is_err());
 }
+
+#[test]
+fn a_put_end_resent_to_the_new_leader_finds_its_write_published() {
+    // The leader published the write and journaled it, then died before its reply reached the
+    // client, which resends the PutEnd to the new leader: the journal kept the write's
+    // version, so the resend is OK (not INVALID_WRITE for a put that landed).
+    let (m, log) = journaled(MasterConfig::default());
+    let s = start(&m, "k", 4096, false, WriteConfig::default());
+    assert_eq!(end(&m, "k", s.version), 0);
+    let other = start(&m, "other", 64, false, WriteConfig::default());
+    for next in [failover(&log), replay(Some(&m.snapshot_json()), &[])] {
+        assert_eq!(end(&next, "k", s.version), 0, "resent PutEnd");
+        assert_eq!(get(&next, "k").size, 4096);
+        // Another version is still refused, and new versions come after the journal's.
+        assert_eq!(end(&next, "k", s.version + 1000), code::INVALID_WRITE);
+        let again = start(&next, "fresh", 64, false, WriteConfig::default());
+        assert!(again.version > other.version, "version ids never repeat");
+    }
+}

@@ -308,7 +308,7 @@ impl Objects {
         if named.is_empty() {
             self.emit(|| Record::del(key));
         } else {
-            self.emit(|| Record::put(key, c.size, named, hard_pin));
+            self.emit(|| Record::put(key, c.size, named, hard_pin, Some(c.id)));
         }
     }
 }

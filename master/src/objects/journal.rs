@@ -19,6 +19,7 @@ impl Objects {
                         c.size,
                         c.replicas.as_slice().to_vec(),
                         o.hard_pin,
+                        Some(c.id),
                     ));
                 }
             }
@@ -107,12 +108,20 @@ impl Objects {
     }
 
     /// Installs a complete object rebuilt from the journal (replaces any value of the key).
-    pub fn restore(&self, (key, size, replicas, hard_pin): Durable, segs: &Segments) {
+    pub fn restore(&self, (key, size, replicas, hard_pin, version): Durable, segs: &Segments) {
         let Some(replicas) = Replicas::from_vec(replicas) else {
             return;
         };
         let now = self.now();
-        let id = self.version_id();
+        // The write that published it keeps its id (a PutEnd resent to this leader is known);
+        // ids handed out from now on are above it.
+        let id = match version {
+            Some(v) => {
+                self.next_version.fetch_max(v + 1, Ordering::Relaxed);
+                v
+            }
+            None => self.version_id(),
+        };
         let (hash, si) = self.locate(&key);
         let mut sh = self.shard(si);
         let mut o = Object::new(hard_pin, now);

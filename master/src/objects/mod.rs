@@ -129,7 +129,7 @@ const NEVER: Tick = Tick::MAX;
 pub type Sink = Box<dyn Fn(String) + Send + Sync>;
 
 /// A complete object as the journal keeps it: key, size, replicas, hard pin.
-pub type Durable = (String, u64, Vec<Replica>, bool);
+pub type Durable = (String, u64, Vec<Replica>, bool, Option<u64>);
 
 /// Space an unfinished write may still be writing, as the journal keeps it: key, write
 /// version, writer, bytes per replica, buffers. A new leader keeps it from reuse until that

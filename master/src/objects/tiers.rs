@@ -141,8 +141,8 @@ impl Objects {
         if let Some(r) = Replicas::from_vec(reps) {
             c.replicas = r;
         }
-        let size = c.size;
-        self.emit(|| Record::put(&d.key, size, segs.named(&[into]), hard_pin));
+        let (size, id) = (c.size, c.id);
+        self.emit(|| Record::put(&d.key, size, segs.named(&[into]), hard_pin, Some(id)));
         self.kv_stored(&d.key, Medium::Cpu);
         true
     }

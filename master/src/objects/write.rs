@@ -164,7 +164,7 @@ impl Objects {
         self.emit(|| Record::unhold(&kv.key, kv.version));
         self.emit(|| {
             let named = segs.named(p.v.replicas.as_slice());
-            Record::put(&kv.key, p.v.size, named, hard_pin)
+            Record::put(&kv.key, p.v.size, named, hard_pin, Some(kv.version))
         });
         self.kv_stored(&kv.key, p.v.medium());
         if let Some(old) = o.complete.replace(p.v) {
