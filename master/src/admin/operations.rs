@@ -20,15 +20,9 @@ impl Admin {
     /// POST `/api/v1/drain_jobs`: Mooncake's body checks, then its segment checks; tidewire
     /// runs no drain jobs, so a valid request gets Mooncake's "not in this mode" (409, -1011).
     pub(super) fn create_drain_job(&self, r: &HttpRequest) -> HttpResponse {
-        let req: DrainJobRequest = match serde_json::from_slice(&r.body) {
+        let req: DrainJobRequest = match json_body(r) {
             Ok(v) => v,
-            Err(e) => {
-                return error(
-                    400,
-                    code::INVALID_PARAMS,
-                    &format!("Invalid JSON body: {e}"),
-                );
-            }
+            Err(reply) => return reply,
         };
         if !self.master.serving() {
             return not_active();
@@ -108,15 +102,9 @@ impl Admin {
         if r.param("tenant_id").unwrap_or_default().is_empty() {
             return error(400, code::INVALID_PARAMS, "Missing or invalid tenant_id");
         }
-        let req: TenantQuotaRequest = match serde_json::from_slice(&r.body) {
+        let req: TenantQuotaRequest = match json_body(r) {
             Ok(v) => v,
-            Err(e) => {
-                return error(
-                    400,
-                    code::INVALID_PARAMS,
-                    &format!("Invalid JSON body: {e}"),
-                );
-            }
+            Err(reply) => return reply,
         };
         if req.requested_quota_bytes == 0 || req.requested_quota_bytes > MAX_TENANT_QUOTA {
             return error(
@@ -177,4 +165,15 @@ impl Admin {
             },
         )
     }
+}
+
+/// A JSON request body, or Mooncake's 400 (-600, "Invalid JSON body: ...") for one that is not.
+fn json_body<T: serde::de::DeserializeOwned>(r: &HttpRequest) -> Result<T, HttpResponse> {
+    serde_json::from_slice(&r.body).map_err(|e| {
+        error(
+            400,
+            code::INVALID_PARAMS,
+            &format!("Invalid JSON body: {e}"),
+        )
+    })
 }

@@ -30,11 +30,7 @@ impl Objects {
     pub fn replica_segments(&self, key: &str) -> Result<Vec<u32>, i32> {
         let (hash, si) = self.locate(key);
         let sh = self.shard(si);
-        let o = sh
-            .table
-            .find(hash, key)
-            .and_then(|s| sh.table.get(s))
-            .ok_or(code::OBJECT_NOT_FOUND)?;
+        let o = sh.table.lookup(hash, key).ok_or(code::OBJECT_NOT_FOUND)?;
         let c = o.complete.as_ref().ok_or(code::REPLICA_IS_NOT_READY)?;
         Ok(c.replicas
             .as_slice()
@@ -66,8 +62,7 @@ impl Objects {
         let sh = &mut *sh;
         let o = sh
             .table
-            .find(hash, key)
-            .and_then(|s| sh.table.get_mut(s))
+            .lookup_mut(hash, key)
             .ok_or(code::OBJECT_NOT_FOUND)?;
         let c = o.complete.as_mut().ok_or(code::REPLICA_IS_NOT_READY)?;
         let src = *c

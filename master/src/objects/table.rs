@@ -76,6 +76,16 @@ impl Table {
             .copied()
     }
 
+    /// The record of `key` (whose hash is `hash`), if there is one.
+    pub(super) fn lookup(&self, hash: u64, key: &str) -> Option<&Object> {
+        self.find(hash, key).and_then(|s| self.get(s))
+    }
+
+    /// The record of `key` (whose hash is `hash`), if there is one.
+    pub(super) fn lookup_mut(&mut self, hash: u64, key: &str) -> Option<&mut Object> {
+        self.find(hash, key).and_then(|s| self.get_mut(s))
+    }
+
     /// The record in `slot`, if it holds one.
     pub(super) fn get(&self, slot: u32) -> Option<&Object> {
         self.slots.get(slot as usize).and_then(Option::as_ref)

@@ -94,8 +94,7 @@ impl Objects {
         let sh = self.shard(si);
         let c = sh
             .table
-            .find(hash, key)
-            .and_then(|s| sh.table.get(s))
+            .lookup(hash, key)
             .and_then(|o| o.complete.as_ref())?;
         if c.replicas.as_slice().iter().any(|r| !r.on_disk()) {
             return None;

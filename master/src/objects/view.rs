@@ -92,11 +92,7 @@ impl Objects {
         let now = self.now();
         let (hash, si) = self.locate(key);
         let sh = self.shard(si);
-        let o = sh
-            .table
-            .find(hash, key)
-            .and_then(|s| sh.table.get(s))
-            .ok_or(code::OBJECT_NOT_FOUND)?;
+        let o = sh.table.lookup(hash, key).ok_or(code::OBJECT_NOT_FOUND)?;
         let c = o.complete.as_ref().ok_or(code::REPLICA_IS_NOT_READY)?;
         Ok(KeyInfo {
             size: c.size,
